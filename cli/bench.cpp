@@ -1,0 +1,12 @@
+// `tensorpar bench <name>`: the benchmarks of bench/, each a sub-subcommand.
+#include "cli/commands.h"
+
+namespace tensorpar::cli {
+
+void add_bench_command(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks (our figure beside the peer or the limit)");
+  bench->require_subcommand(1);
+  // Benchmarks register here, e.g. add_gemm_bench(*bench) from bench/gemm_bench.h.
+}
+
+}  // namespace tensorpar::cli

@@ -1,0 +1,20 @@
+// Subcommands of the tensorpar binary. Each adds itself to the app with its options and a
+// callback; the logic lives in the library (cli/ stays thin).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tensorpar::cli {
+
+// Options every subcommand that runs ranks shares (ARCHITECTURE.md section 7).
+struct CommonOptions {
+  std::string backend = "threads";
+  int tp = 1;
+  int threads_per_rank = 0;
+  bool json = false;
+};
+void add_common_options(CLI::App& cmd, CommonOptions& opts);
+
+void add_bench_command(CLI::App& app);
+
+}  // namespace tensorpar::cli

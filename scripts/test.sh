@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set-up, build and every test: release build, then the whole suite again under ASan+UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export TENSORPAR_COMM_TIMEOUT="${TENSORPAR_COMM_TIMEOUT:-60}"
+
+echo "== release build and tests"
+bash scripts/build.sh release
+ctest --preset release -j "$(nproc)"
+
+echo "== asan build and tests"
+bash scripts/build.sh asan
+# OpenMP's thread pool and OpenMPI hold memory until exit by design: leaks are not checked here.
+ASAN_OPTIONS=detect_leaks=0 ctest --preset asan -j "$(nproc)"
+
+if [ -x scripts/fuzz.sh ]; then bash scripts/fuzz.sh; fi
+echo "== all tests passed"

@@ -1,0 +1,50 @@
+// Names, options from the environment, and backend selection.
+#include "comm/communicator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
+namespace tensorpar {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "?";
+}
+
+std::string_view backend_name(Backend b) {
+  switch (b) {
+    case Backend::kThreads: return "threads";
+    case Backend::kMpi: return "mpi";
+    case Backend::kNccl: return "nccl";
+  }
+  return "?";
+}
+
+Backend backend_from_name(std::string_view name) {
+  if (name == "threads") return Backend::kThreads;
+  if (name == "mpi") return Backend::kMpi;
+  if (name == "nccl") return Backend::kNccl;
+  TP_CHECK(false, "[backend_from_name] unknown backend '", name, "', expected threads | mpi | nccl");
+  return Backend::kThreads;
+}
+
+CommOptions CommOptions::from_env() {
+  CommOptions o;
+  if (const char* t = std::getenv("TENSORPAR_COMM_TIMEOUT")) {
+    char* end = nullptr;
+    const double v = std::strtod(t, &end);
+    TP_CHECK(end != t && *end == '\0' && v > 0, "[CommOptions] TENSORPAR_COMM_TIMEOUT='", t,
+             "' is not a positive number of seconds");
+    o.timeout_s = v;
+  }
+  if (const char* d = std::getenv("TENSORPAR_COMM_DEBUG")) o.debug = std::string(d) == "1";
+  return o;
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,30 @@
+// Element types. Block-quantized weight formats use exactly GGUF's layouts: 32 weights per
+// block, stored as one struct (see core/quant.h); a tensor of them has its last dim a
+// multiple of the block size.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tensorpar {
+
+enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kQ8_0, kQ4_0, kQ4_1 };
+
+// Elements per storage block: 1 for plain types, 32 for the block quants.
+int64_t dtype_block_elems(DType t);
+// Bytes per storage block: sizeof(element) for plain types; 34, 18, 20 for q8_0, q4_0, q4_1.
+int64_t dtype_block_bytes(DType t);
+inline bool dtype_is_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+inline bool dtype_is_float(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+std::string_view dtype_name(DType t);
+// Parses a name as printed by dtype_name ("f32", "bf16", "q4_1", ...); throws on unknown.
+DType dtype_from_name(std::string_view name);
+// Bytes for n elements (n a multiple of the block size for quantized types), overflow-checked.
+int64_t dtype_nbytes(DType t, int64_t n);
+
+}  // namespace tensorpar
