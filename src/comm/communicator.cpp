@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/mpi/mpi_backend.h"
 #include "core/error.h"
 
 namespace tensorpar {
@@ -45,6 +46,21 @@ CommOptions CommOptions::from_env() {
   }
   if (const char* d = std::getenv("TENSORPAR_COMM_DEBUG")) o.debug = std::string(d) == "1";
   return o;
+}
+
+std::unique_ptr<Communicator> make_communicator(Backend backend, const CommOptions& options) {
+  switch (backend) {
+    case Backend::kMpi:
+      TP_CHECK(mpi::is_available(), "[make_communicator] this build has no MPI backend");
+      return mpi::create_world(options);
+    case Backend::kThreads:
+      TP_CHECK(false, "[make_communicator] the threads backend starts its ranks together: use launch_ranks");
+      break;
+    case Backend::kNccl:
+      TP_CHECK(false, "[make_communicator] nccl needs a host group: use nccl::create(host, device, options)");
+      break;
+  }
+  return nullptr;
 }
 
 }  // namespace tensorpar
