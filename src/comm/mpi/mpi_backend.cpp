@@ -1,0 +1,32 @@
+// Entry points of the MPI backend: availability and this process's world communicator.
+#include "comm/mpi/mpi_backend.h"
+
+#include "comm/mpi/mpi_check.h"
+#include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/mpi_runtime.h"
+#include "core/error.h"
+
+namespace tensorpar::mpi {
+
+bool is_available() { return true; }
+
+std::unique_ptr<Communicator> create_world(const CommOptions& options) {
+  MpiRuntime& runtime = MpiRuntime::get();
+  TP_CHECK(!runtime.failed(), "[mpi::create_world] the MPI job failed earlier and is being aborted");
+  // Our own copy of the world, so our errhandler and traffic stay apart from the application's.
+  MPI_Comm world = MPI_COMM_NULL;
+  MPI_Request req;
+  mpi_check(MPI_Comm_idup(MPI_COMM_WORLD, &world, &req), "mpi::create_world");
+  int rc = MPI_SUCCESS;
+  if (!MpiCommunicator::poll(req, MPI_STATUS_IGNORE, options.timeout_s, &rc)) {
+    const std::string msg = detail::concat(
+        "[mpi::create_world] timed out after ", options.timeout_s,
+        " s duplicating MPI_COMM_WORLD: not every rank reached it (a rank died or stalled)");
+    runtime.fail_job(msg, options.timeout_s);
+    throw Error(msg);
+  }
+  mpi_check(rc, "mpi::create_world");
+  return std::make_unique<MpiCommunicator>(world, "mpi:world", options);
+}
+
+}  // namespace tensorpar::mpi
