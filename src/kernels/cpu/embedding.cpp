@@ -10,6 +10,10 @@
 namespace tensorpar {
 namespace {
 
+// Below this many elements of work a loop runs on the calling thread: waking a team costs
+// more than it saves (decode steps, small test sizes).
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
 void check_sizes(const char* where, int64_t N, int64_t v_begin, int64_t v_end, int64_t C) {
   TP_CHECK(N >= 0 && C > 0, "[", where, "] sizes: got N=", N, " C=", C,
            ", expected N >= 0 and C > 0");
@@ -29,7 +33,7 @@ void embedding_forward_masked(float* out, const int64_t* ids, const float* table
                               int64_t N, int64_t v_begin, int64_t v_end, int64_t C) {
   check_sizes("embedding_forward_masked", N, v_begin, v_end, C);
   check_ids_nonnegative("embedding_forward_masked", ids, N);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     float* o = out + n * C;  // (C)
     const int64_t id = ids[n];
@@ -48,7 +52,7 @@ void embedding_backward_masked(float* d_table_local, const float* d_out, const i
   // every element is summed in row order whatever the thread count.
   constexpr int64_t kBlock = 64;
   const int64_t n_blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
   for (int64_t b = 0; b < n_blocks; ++b) {
     const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
     for (int64_t n = 0; n < N; ++n) {

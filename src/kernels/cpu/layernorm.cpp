@@ -8,6 +8,13 @@
 #include "core/error.h"
 
 namespace tensorpar {
+namespace {
+
+// Below this many elements of work a loop runs on the calling thread: waking a team costs
+// more than it saves (decode steps, small test sizes).
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
+}  // namespace
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
@@ -15,7 +22,7 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
            ", expected N >= 0 and C > 0");
   TP_CHECK(eps >= 0, "[layernorm_forward] eps: got ", eps, ", expected >= 0");
   const float inv_c = 1.0f / static_cast<float>(C);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float* o = out + n * C;        // (C)
@@ -45,7 +52,7 @@ void layernorm_backward(float* d_inp, float* d_weight, float* d_bias, const floa
   const float inv_c = 1.0f / static_cast<float>(C);
   if (d_inp) {
     // dx = r * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w, xhat = (x - m) * r.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       const float* x = inp + n * C;
       const float* dy = d_out + n * C;
@@ -68,7 +75,7 @@ void layernorm_backward(float* d_inp, float* d_weight, float* d_bias, const floa
   if (d_weight || d_bias) {
     constexpr int64_t kBlock = 64;
     const int64_t n_blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
     for (int64_t b = 0; b < n_blocks; ++b) {
       const int64_t c0 = b * kBlock, len = std::min(C, c0 + kBlock) - c0;
       float acc_w[kBlock] = {}, acc_b[kBlock] = {};

@@ -8,13 +8,20 @@
 #include "core/error.h"
 
 namespace tensorpar {
+namespace {
+
+// Below this many elements of work a loop runs on the calling thread: waking a team costs
+// more than it saves (decode steps, small test sizes).
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
+}  // namespace
 
 void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                      int64_t C, float eps) {
   TP_CHECK(N >= 0 && C > 0, "[rmsnorm_forward] sizes: got N=", N, " C=", C,
            ", expected N >= 0 and C > 0");
   TP_CHECK(eps >= 0, "[rmsnorm_forward] eps: got ", eps, ", expected >= 0");
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float* o = out + n * C;        // (C)
@@ -33,7 +40,7 @@ void rmsnorm_backward(float* d_inp, float* d_weight, const float* d_out, const f
            ", expected N >= 0 and C > 0");
   if (d_inp) {
     // dx = r * (w*dy) - r^3/C * x * sum(w*dy*x)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
     for (int64_t n = 0; n < N; ++n) {
       const float* x = inp + n * C;
       const float* dy = d_out + n * C;
@@ -49,7 +56,7 @@ void rmsnorm_backward(float* d_inp, float* d_weight, const float* d_out, const f
   if (d_weight) {
     constexpr int64_t kBlock = 64;
     const int64_t n_blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
     for (int64_t b = 0; b < n_blocks; ++b) {
       const int64_t c0 = b * kBlock, len = std::min(C, c0 + kBlock) - c0;
       float acc[kBlock] = {};

@@ -1,0 +1,30 @@
+// Pointwise activations and their gradients: GELU (tanh approximation, GPT-2's "gelu_new", and
+// the exact erf form), SiLU, and SwiGLU (out = silu(gate) * up, gate and up as separate inputs).
+#pragma once
+
+#include <cstdint>
+
+namespace tensorpar {
+
+// out (N) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); out may alias inp.
+void gelu_tanh_forward(float* out, const float* inp, int64_t N);
+// d_inp (N) += gelu_tanh'(inp) * d_out.
+void gelu_tanh_backward(float* d_inp, const float* d_out, const float* inp, int64_t N);
+
+// out (N) = 0.5 x (1 + erf(x / sqrt(2))); out may alias inp.
+void gelu_erf_forward(float* out, const float* inp, int64_t N);
+// d_inp (N) += gelu_erf'(inp) * d_out.
+void gelu_erf_backward(float* d_inp, const float* d_out, const float* inp, int64_t N);
+
+// out (N) = x * sigmoid(x); out may alias inp.
+void silu_forward(float* out, const float* inp, int64_t N);
+// d_inp (N) += silu'(inp) * d_out.
+void silu_backward(float* d_inp, const float* d_out, const float* inp, int64_t N);
+
+// out (N) = silu(gate) * up, elementwise; out may alias gate or up.
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t N);
+// d_gate (N) += silu'(gate) * up * d_out; d_up (N) += silu(gate) * d_out.
+void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float* gate,
+                     const float* up, int64_t N);
+
+}  // namespace tensorpar

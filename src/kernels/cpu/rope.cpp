@@ -1,0 +1,126 @@
+// RoPE: the frequency table (with llama3/linear scaling) and the rotation, parallel over tokens.
+// Angles are formed in double, so large positions (long contexts) keep their precision.
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+
+namespace tensorpar {
+namespace {
+
+// Below this many elements of work a loop runs on the calling thread: waking a team costs
+// more than it saves (decode steps, small test sizes).
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
+}  // namespace
+
+RopeTable RopeTable::make(int64_t head_size, double theta, RopeLayout layout,
+                          const RopeScaling& scaling, int64_t rotary_dim) {
+  if (rotary_dim == 0) rotary_dim = head_size;
+  TP_CHECK(head_size > 0, "[RopeTable::make] head_size: got ", head_size, ", expected > 0");
+  TP_CHECK(rotary_dim > 0 && rotary_dim <= head_size && rotary_dim % 2 == 0,
+           "[RopeTable::make] rotary_dim: got ", rotary_dim, ", expected even and in [2, ",
+           head_size, "]");
+  TP_CHECK(theta > 1, "[RopeTable::make] theta: got ", theta, ", expected > 1");
+  RopeTable t;
+  t.head_size = head_size;
+  t.rotary_dim = rotary_dim;
+  t.layout = layout;
+  const int64_t half = rotary_dim / 2;
+  t.inv_freq.resize(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    t.inv_freq[static_cast<size_t>(i)] =
+        std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(rotary_dim));
+  if (scaling.type == RopeScalingType::kLinear) {
+    TP_CHECK(scaling.factor > 0, "[RopeTable::make] linear factor: got ", scaling.factor,
+             ", expected > 0");
+    t.position_scale = 1.0 / scaling.factor;
+  } else if (scaling.type == RopeScalingType::kLlama3) {
+    const double factor = scaling.factor, lo = scaling.low_freq_factor,
+                 hi = scaling.high_freq_factor, ctx = scaling.original_max_position_embeddings;
+    TP_CHECK(factor > 0 && lo > 0 && hi > lo && ctx > 0,
+             "[RopeTable::make] llama3 rope_scaling: got factor=", factor,
+             " low_freq_factor=", lo, " high_freq_factor=", hi,
+             " original_max_position_embeddings=", ctx,
+             ", expected all > 0 and high_freq_factor > low_freq_factor");
+    const double low_freq_wavelen = ctx / lo, high_freq_wavelen = ctx / hi;
+    for (double& f : t.inv_freq) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen < high_freq_wavelen) continue;  // high frequency: unchanged
+      if (wavelen > low_freq_wavelen) {           // low frequency: slowed by factor
+        f /= factor;
+        continue;
+      }
+      const double smooth = (ctx / wavelen - lo) / (hi - lo);  // medium: ramp between the two
+      f = (1 - smooth) * f / factor + smooth * f;
+    }
+  }
+  return t;
+}
+
+namespace {
+
+// Rotates every head of T tokens by sign * angle; out may alias inp when !accumulate.
+template <bool kAccumulate>
+void rope_rotate(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
+                 int64_t T, int64_t NH, double sign, const char* where) {
+  const int64_t HS = table.head_size, rot = table.rotary_dim, half = rot / 2;
+  TP_CHECK(T >= 0 && NH > 0 && HS > 0 && static_cast<int64_t>(table.inv_freq.size()) == half,
+           "[", where, "] sizes: got T=", T, " NH=", NH, " HS=", HS,
+           ", expected T >= 0, NH > 0 and a table from RopeTable::make");
+#pragma omp parallel if (T * NH * HS > kMinParallelWork)
+  {
+    std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const double pos = static_cast<double>(positions[t]) * table.position_scale;
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = sign * pos * table.inv_freq[static_cast<size_t>(i)];
+        cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(a));
+        sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(a));
+      }
+      for (int64_t h = 0; h < NH; ++h) {
+        const float* x = inp + (t * NH + h) * HS;  // (HS)
+        float* o = out + (t * NH + h) * HS;        // (HS)
+        // Index pair (a, b) of rotation i for each layout.
+        const int64_t stride_i = table.layout == RopeLayout::kHalfSplit ? 1 : 2;
+        const int64_t offset_b = table.layout == RopeLayout::kHalfSplit ? half : 1;
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t ia = i * stride_i, ib = ia + offset_b;
+          const float c = cos_v[static_cast<size_t>(i)], s = sin_v[static_cast<size_t>(i)];
+          const float xa = x[ia], xb = x[ib];
+          const float ya = xa * c - xb * s, yb = xa * s + xb * c;
+          if constexpr (kAccumulate) {
+            o[ia] += ya;
+            o[ib] += yb;
+          } else {
+            o[ia] = ya;
+            o[ib] = yb;
+          }
+        }
+        for (int64_t d = rot; d < HS; ++d) {
+          if constexpr (kAccumulate)
+            o[d] += x[d];
+          else
+            o[d] = x[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
+                  int64_t T, int64_t NH) {
+  rope_rotate<false>(out, inp, positions, table, T, NH, 1.0, "rope_forward");
+}
+
+void rope_backward(float* d_inp, const float* d_out, const int64_t* positions,
+                   const RopeTable& table, int64_t T, int64_t NH) {
+  rope_rotate<true>(d_inp, d_out, positions, table, T, NH, -1.0, "rope_backward");
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,115 @@
+// GELU (tanh and erf), SiLU and SwiGLU: forward against double-precision formulas over a wide
+// range (including large |x|), backward against finite differences of those formulas.
+#include "kernels/cpu/activations.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "grad_check.h"
+#include "test_util.h"
+
+namespace tensorpar {
+namespace {
+
+using testing::expect_close;
+using testing::nan_vec;
+using testing::Rng;
+
+double gelu_tanh(double x) {
+  return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+}
+double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
+double silu(double x) { return x / (1 + std::exp(-x)); }
+
+std::vector<float> inputs(Rng& rng, int64_t N) {
+  auto x = rng.uniform_vec(static_cast<size_t>(N), -6, 6);
+  const float extremes[] = {-100.0f, -20.0f, 0.0f, 20.0f, 100.0f};
+  for (size_t i = 0; i < 5 && i < x.size(); ++i) x[i] = extremes[i];
+  return x;
+}
+
+using Forward = void (*)(float*, const float*, int64_t);
+using Backward = void (*)(float*, const float*, const float*, int64_t);
+
+struct Unary {
+  const char* name;
+  Forward fwd;
+  Backward bwd;
+  double (*ref)(double);
+};
+
+const Unary kUnary[] = {
+    {"gelu_tanh", gelu_tanh_forward, gelu_tanh_backward, gelu_tanh},
+    {"gelu_erf", gelu_erf_forward, gelu_erf_backward, gelu_erf},
+    {"silu", silu_forward, silu_backward, silu},
+};
+
+TEST(Activations, UnaryForwardMatchesDoubleFormula) {
+  TP_SEED_TRACE();
+  Rng rng(1);
+  for (const auto& u : kUnary)
+    for (int64_t N : {1, 7, 33, 577, 10007}) {
+      const auto x = inputs(rng, N);
+      std::vector<double> want(x.size());
+      for (size_t i = 0; i < x.size(); ++i) want[i] = u.ref(x[i]);
+      auto out = nan_vec(x.size());
+      u.fwd(out.data(), x.data(), N);
+      expect_close(out, want, 1e-6, 1e-5, std::string(u.name) + " N=" + std::to_string(N));
+    }
+}
+
+TEST(Activations, UnaryBackwardMatchesFiniteDifferences) {
+  TP_SEED_TRACE();
+  Rng rng(2);
+  for (const auto& u : kUnary)
+    for (int64_t N : {1, 7, 33}) {
+      const auto x = inputs(rng, N);
+      const auto dy = rng.uniform_vec(x.size());
+      // Element-wise: the derivative of each element by central differences.
+      std::vector<double> want(x.size());
+      const double h = 1e-5;
+      for (size_t i = 0; i < x.size(); ++i)
+        want[i] = (u.ref(x[i] + h) - u.ref(x[i] - h)) / (2 * h) * dy[i];
+      const auto d0 = rng.uniform_vec(x.size());
+      auto dx = d0;
+      u.bwd(dx.data(), dy.data(), x.data(), N);
+      expect_close(dx, testing::plus(d0, want), 1e-5, 1e-4, std::string(u.name) + " N=" + std::to_string(N));
+    }
+}
+
+TEST(Activations, SwigluForwardAndBackward) {
+  TP_SEED_TRACE();
+  Rng rng(3);
+  for (int64_t N : {1, 7, 33, 577}) {
+    const auto gate = inputs(rng, N);
+    const auto up = rng.uniform_vec(static_cast<size_t>(N), -3, 3);
+    std::vector<double> want(gate.size());
+    for (size_t i = 0; i < gate.size(); ++i) want[i] = silu(gate[i]) * up[i];
+    auto out = nan_vec(gate.size());
+    swiglu_forward(out.data(), gate.data(), up.data(), N);
+    const std::string what = "N=" + std::to_string(N);
+    expect_close(out, want, 1e-6, 1e-5, "swiglu out " + what);
+
+    const auto dy = rng.uniform_vec(gate.size());
+    const auto dy_d = testing::to_double(dy), up_d = testing::to_double(up), gate_d = testing::to_double(gate);
+    auto loss_gate = [&](const std::vector<double>& g) {
+      double s = 0;
+      for (size_t i = 0; i < g.size(); ++i) s += silu(g[i]) * up_d[i] * dy_d[i];
+      return s;
+    };
+    auto loss_up = [&](const std::vector<double>& u) {
+      double s = 0;
+      for (size_t i = 0; i < u.size(); ++i) s += silu(gate_d[i]) * u[i] * dy_d[i];
+      return s;
+    };
+    if (N > 33) continue;  // finite differences are O(N^2) here
+    const auto dg0 = rng.uniform_vec(gate.size()), du0 = rng.uniform_vec(gate.size());
+    auto dg = dg0, du = du0;
+    swiglu_backward(dg.data(), du.data(), dy.data(), gate.data(), up.data(), N);
+    expect_close(dg, testing::plus(dg0, testing::numeric_grad(loss_gate, gate_d)), 1e-5, 1e-4, "d_gate " + what);
+    expect_close(du, testing::plus(du0, testing::numeric_grad(loss_up, up_d)), 1e-5, 1e-4, "d_up " + what);
+  }
+}
+
+}  // namespace
+}  // namespace tensorpar
