@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
