@@ -1,0 +1,29 @@
+// Where a TP layer gets its weight shard: a callback that returns the slice [range) along one
+// dim of the full tensor, so a file-backed loader reads only this rank's bytes. slice_of() wraps
+// a full tensor already in memory (tests, small models). ensure_grad: the layers' lazy gradients.
+#pragma once
+
+#include <functional>
+
+#include "core/tensor.h"
+#include "parallel/partition.h"
+
+namespace tensorpar {
+
+// Returns the slice [range) along `dim` of the full tensor (any dtype the layer accepts; a view
+// is fine, the layer keeps a reference to its storage).
+using SliceLoader = std::function<Tensor(int dim, Range range)>;
+
+// Slices of `full` (kept alive by the returned loader), as contiguous copies.
+inline SliceLoader slice_of(Tensor full) {
+  return [full](int dim, Range range) { return full.slice(dim, range.begin, range.end).contiguous(); };
+}
+
+// Allocates a zeroed f32 gradient of `shape` unless `grad` already is one (layers call it on
+// their first backward; later calls accumulate into it).
+inline void ensure_grad(Tensor& grad, const Shape& shape) {
+  if (grad.shape() != shape || grad.dtype() != DType::kF32 || (grad.numel() > 0 && !grad.raw()))
+    grad = Tensor::zeros(shape, DType::kF32);
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,275 @@
+// ColumnParallelLinear and RowParallelLinear at tp 1..4: outputs and gradients against a naive
+// double-precision reference and against the tp 1 run, uneven shards and empty shards included.
+#include <gtest/gtest.h>
+
+#include "parallel/column_parallel_linear.h"
+#include "parallel/mappings.h"
+#include "parallel/rng.h"
+#include "parallel/row_parallel_linear.h"
+#include "parallel_test_util.h"
+
+namespace tensorpar {
+namespace {
+
+using testing::columns;
+using testing::nan_tensor;
+using testing::Rng;
+using testing::rows_of;
+using testing::run_ranks;
+using testing::tensor_of;
+using PerRank = std::vector<std::vector<float>>;
+
+// The problem: x (N, K), W (M, K), b (M), d_y (N, M), and the reference y, d_x, d_W, d_b.
+struct Problem {
+  int64_t n, k, m;
+  std::vector<float> x, w, b, dy;
+  std::vector<float> y, dx, dw, db;
+
+  Problem(int64_t n_, int64_t k_, int64_t m_, uint64_t salt) : n(n_), k(k_), m(m_) {
+    Rng rng(salt);
+    x = rng.uniform_vec(size_t(n * k));
+    w = rng.uniform_vec(size_t(m * k));
+    b = rng.uniform_vec(size_t(m));
+    dy = rng.uniform_vec(size_t(n * m));
+    y.assign(size_t(n * m), 0);
+    dx.assign(size_t(n * k), 0);
+    dw.assign(size_t(m * k), 0);
+    db.assign(size_t(m), 0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double s = b[size_t(j)];
+        for (int64_t l = 0; l < k; ++l) s += double(x[size_t(i * k + l)]) * w[size_t(j * k + l)];
+        y[size_t(i * m + j)] = float(s);
+      }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t l = 0; l < k; ++l) {
+        double s = 0;
+        for (int64_t j = 0; j < m; ++j) s += double(dy[size_t(i * m + j)]) * w[size_t(j * k + l)];
+        dx[size_t(i * k + l)] = float(s);
+      }
+    for (int64_t j = 0; j < m; ++j) {
+      double sb = 0;
+      for (int64_t i = 0; i < n; ++i) sb += dy[size_t(i * m + j)];
+      db[size_t(j)] = float(sb);
+      for (int64_t l = 0; l < k; ++l) {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += double(dy[size_t(i * m + j)]) * x[size_t(i * k + l)];
+        dw[size_t(j * k + l)] = float(s);
+      }
+    }
+  }
+};
+
+constexpr double kTol = 2e-5;
+
+struct ColumnResult {
+  PerRank local, gathered, d_in, d_in_gathered, d_w, d_b;
+};
+
+ColumnResult run_column(const Problem& p, int tp) {
+  ColumnResult res;
+  for (PerRank* v : {&res.local, &res.gathered, &res.d_in, &res.d_in_gathered, &res.d_w, &res.d_b})
+    v->resize(static_cast<size_t>(tp));
+  run_ranks(tp, [&](Communicator& c) {
+    const size_t r = size_t(c.rank());
+    MatmulEngine eng;
+    ColumnParallelLinear layer(p.k, p.m, true, c.size(), c.rank());
+    layer.load(slice_of(tensor_of({p.m, p.k}, p.w)), slice_of(tensor_of({p.m}, p.b)));
+    const Range mine = layer.out_range();
+    EXPECT_EQ(mine, partition_even(p.m, c.size(), c.rank()));
+    // (1, N, K): leading dims flatten.
+    Tensor x = tensor_of({1, p.n, p.k}, p.x);
+    Tensor y = nan_tensor({1, p.n, mine.size()});
+    layer.forward(eng, y, x);
+    res.local[r] = y.to_vector();
+    Tensor yg = nan_tensor({1, p.n, p.m});
+    layer.forward_gathered(eng, yg, x, c);
+    res.gathered[r] = yg.to_vector();
+    Tensor dy_local = tensor_of({1, p.n, mine.size()}, columns(p.dy, p.n, p.m, mine));
+    Tensor dx = nan_tensor({1, p.n, p.k});
+    layer.backward(eng, dx, dy_local, x, c);
+    res.d_in[r] = dx.to_vector();
+    res.d_w[r] = layer.d_weight().to_vector();
+    res.d_b[r] = layer.d_bias().to_vector();
+    // The gathered path gives the same d_in, and gradients accumulate (now twice).
+    Tensor dxg = nan_tensor({1, p.n, p.k});
+    layer.backward_gathered(eng, dxg, tensor_of({1, p.n, p.m}, p.dy), x, c);
+    res.d_in_gathered[r] = dxg.to_vector();
+    const auto w2 = layer.d_weight().to_vector();
+    for (size_t i = 0; i < w2.size(); ++i) EXPECT_FLOAT_EQ(w2[i], 2 * res.d_w[r][i]);
+  });
+  return res;
+}
+
+TEST(ColumnParallelLinear, MatchesReferenceAndTp1) {
+  TP_SEED_TRACE();
+  // 11 outputs: uneven at tp 2, 3, 4; 3 outputs at tp 4: one rank owns no rows.
+  for (const auto& [k, m] : {std::pair<int64_t, int64_t>{7, 11}, {5, 3}}) {
+    const Problem p(5, k, m, uint64_t(k * 100 + m));
+    const ColumnResult tp1 = run_column(p, 1);
+    for (int tp = 1; tp <= 4; ++tp) {
+      const ColumnResult res = tp == 1 ? tp1 : run_column(p, tp);
+      for (int r = 0; r < tp; ++r) {
+        SCOPED_TRACE(::testing::Message() << "K " << k << " M " << m << " tp " << tp << " rank " << r);
+        const size_t ri = size_t(r);
+        const Range mine = partition_even(m, tp, r);
+        EXPECT_CLOSE(res.local[ri], columns(p.y, p.n, p.m, mine), kTol);
+        EXPECT_CLOSE(res.gathered[ri], p.y, kTol);
+        EXPECT_CLOSE(res.gathered[ri], tp1.gathered[0], kTol);
+        EXPECT_CLOSE(res.d_in[ri], p.dx, kTol);
+        EXPECT_CLOSE(res.d_in[ri], tp1.d_in[0], kTol);
+        EXPECT_EQ(res.d_in_gathered[ri], res.d_in[ri]);
+        EXPECT_EQ(res.d_in[ri], res.d_in[0]);  // replicated gradient: bitwise identical
+        EXPECT_CLOSE(res.d_w[ri], rows_of(p.dw, p.k, mine), kTol);
+        EXPECT_CLOSE(res.d_b[ri], rows_of(p.db, 1, mine), kTol);
+      }
+    }
+  }
+}
+
+struct RowResult {
+  PerRank out, d_in, d_w, d_b;
+};
+
+RowResult run_row(const Problem& p, int tp) {
+  RowResult res;
+  for (PerRank* v : {&res.out, &res.d_in, &res.d_w, &res.d_b}) v->resize(static_cast<size_t>(tp));
+  run_ranks(tp, [&](Communicator& c) {
+    const size_t r = size_t(c.rank());
+    MatmulEngine eng;
+    RowParallelLinear layer(p.k, p.m, true, c.size(), c.rank());
+    layer.load(slice_of(tensor_of({p.m, p.k}, p.w)), slice_of(tensor_of({p.m}, p.b)));
+    const Range mine = layer.in_range();
+    Tensor x = tensor_of({p.n, mine.size()}, columns(p.x, p.n, p.k, mine));
+    Tensor y = nan_tensor({p.n, p.m});
+    layer.forward(eng, y, x, c);
+    res.out[r] = y.to_vector();
+    Tensor dx = Tensor::zeros({p.n, mine.size()}, DType::kF32);
+    layer.backward(eng, &dx, tensor_of({p.n, p.m}, p.dy), x);
+    res.d_in[r] = dx.to_vector();
+    res.d_w[r] = layer.d_weight().to_vector();
+    res.d_b[r] = layer.d_bias().to_vector();
+  });
+  return res;
+}
+
+TEST(RowParallelLinear, MatchesReferenceAndTp1) {
+  TP_SEED_TRACE();
+  for (const auto& [k, m] : {std::pair<int64_t, int64_t>{11, 7}, {3, 5}}) {
+    const Problem p(5, k, m, uint64_t(k * 100 + m + 7));
+    const RowResult tp1 = run_row(p, 1);
+    for (int tp = 1; tp <= 4; ++tp) {
+      const RowResult res = tp == 1 ? tp1 : run_row(p, tp);
+      for (int r = 0; r < tp; ++r) {
+        SCOPED_TRACE(::testing::Message() << "K " << k << " M " << m << " tp " << tp << " rank " << r);
+        const size_t ri = size_t(r);
+        const Range mine = partition_even(k, tp, r);
+        EXPECT_CLOSE(res.out[ri], p.y, kTol);
+        EXPECT_CLOSE(res.out[ri], tp1.out[0], kTol);
+        EXPECT_EQ(res.out[ri], res.out[0]);  // replicated output: bitwise identical
+        EXPECT_CLOSE(res.d_in[ri], columns(p.dx, p.n, p.k, mine), kTol);
+        EXPECT_CLOSE(res.d_w[ri], columns(p.dw, p.m, p.k, mine), kTol);
+        EXPECT_CLOSE(res.d_b[ri], p.db, kTol);  // replicated, not summed over ranks
+      }
+    }
+  }
+}
+
+// Column then row (the MLP/attention pattern without the nonlinearity): one all-reduce forward
+// (g) and one backward (f) give y = (x W1^T + b1) W2^T + b2 at every TP size.
+TEST(ParallelLinear, ColumnThenRowMatchesTheFullChain) {
+  TP_SEED_TRACE();
+  const int64_t n = 4, c_dim = 6, f_dim = 10;
+  const Problem p1(n, c_dim, f_dim, 31);
+  Rng rng(32);
+  const auto w2 = rng.uniform_vec(size_t(c_dim * f_dim)), b2 = rng.uniform_vec(size_t(c_dim));
+  const auto dy = rng.uniform_vec(size_t(n * c_dim));
+  // Reference: h = p1.y (N, F); y = h W2^T + b2; d_h = dy W2; d_x = d_h W1.
+  std::vector<double> y(size_t(n * c_dim)), dh(size_t(n * f_dim)), dx(size_t(n * c_dim));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c_dim; ++j) {
+      double s = b2[size_t(j)];
+      for (int64_t l = 0; l < f_dim; ++l) s += double(p1.y[size_t(i * f_dim + l)]) * w2[size_t(j * f_dim + l)];
+      y[size_t(i * c_dim + j)] = s;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t l = 0; l < f_dim; ++l) {
+      double s = 0;
+      for (int64_t j = 0; j < c_dim; ++j) s += double(dy[size_t(i * c_dim + j)]) * w2[size_t(j * f_dim + l)];
+      dh[size_t(i * f_dim + l)] = s;
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c_dim; ++k) {
+      double s = 0;
+      for (int64_t l = 0; l < f_dim; ++l) s += dh[size_t(i * f_dim + l)] * p1.w[size_t(l * c_dim + k)];
+      dx[size_t(i * c_dim + k)] = s;
+    }
+  const std::vector<float> y_ref(y.begin(), y.end()), dx_ref(dx.begin(), dx.end());
+  for (int tp = 1; tp <= 4; ++tp) {
+    PerRank outs(static_cast<size_t>(tp)), dxs(static_cast<size_t>(tp));
+    run_ranks(tp, [&](Communicator& c) {
+      MatmulEngine eng;
+      ColumnParallelLinear up(c_dim, f_dim, true, c.size(), c.rank());
+      RowParallelLinear down(f_dim, c_dim, true, c.size(), c.rank());
+      up.load(slice_of(tensor_of({f_dim, c_dim}, p1.w)), slice_of(tensor_of({f_dim}, p1.b)));
+      down.load(slice_of(tensor_of({c_dim, f_dim}, w2)), slice_of(tensor_of({c_dim}, b2)));
+      EXPECT_EQ(up.out_range(), down.in_range());
+      Tensor x = tensor_of({n, c_dim}, p1.x);
+      Tensor h = nan_tensor({n, up.out_local()});
+      up.forward(eng, h, x);
+      Tensor out = nan_tensor({n, c_dim});
+      down.forward(eng, out, h, c);
+      outs[size_t(c.rank())] = out.to_vector();
+      Tensor d_h = Tensor::zeros({n, up.out_local()}, DType::kF32);
+      down.backward(eng, &d_h, tensor_of({n, c_dim}, dy), h);
+      Tensor d_x = nan_tensor({n, c_dim});
+      up.backward(eng, d_x, d_h, x, c);
+      dxs[size_t(c.rank())] = d_x.to_vector();
+    });
+    for (int r = 0; r < tp; ++r) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << " rank " << r);
+      EXPECT_CLOSE(outs[size_t(r)], y_ref, kTol);
+      EXPECT_CLOSE(dxs[size_t(r)], dx_ref, kTol);
+    }
+  }
+}
+
+TEST(ParallelLinear, InitIsTheSameModelAtEveryTpSize) {
+  const int64_t k = 9, m = 13;
+  PerRank col1(1), row1(1);
+  for (int tp = 1; tp <= 4; ++tp) {
+    PerRank col(static_cast<size_t>(tp)), row(static_cast<size_t>(tp));
+    run_ranks(tp, [&](Communicator& c) {
+      ColumnParallelLinear a(k, m, true, c.size(), c.rank());
+      RowParallelLinear b(k, m, true, c.size(), c.rank());
+      a.init_normal(0.02f, 1234, tensor_id_of("a"));
+      b.init_normal(0.02f, 1234, tensor_id_of("b"));
+      col[size_t(c.rank())] = a.weight().to_vector();
+      row[size_t(c.rank())] = b.weight().to_vector();
+      for (float v : a.bias().to_vector()) EXPECT_EQ(v, 0.0f);
+    });
+    if (tp == 1) {
+      col1 = col;
+      row1 = row;
+    }
+    for (int r = 0; r < tp; ++r) {
+      EXPECT_EQ(col[size_t(r)], rows_of(col1[0], k, partition_even(m, tp, r)));
+      EXPECT_EQ(row[size_t(r)], columns(row1[0], m, k, partition_even(k, tp, r)));
+    }
+  }
+  EXPECT_NE(col1[0], row1[0]);  // distinct tensor ids draw distinct values
+}
+
+TEST(ParallelLinear, BadArgumentsThrow) {
+  EXPECT_THROW(ColumnParallelLinear(4, 6, false, std::vector<Range>{{0, 2}, {3, 6}}, 0), Error);
+  EXPECT_THROW(RowParallelLinear(4, 6, false, 2, 2), Error);
+  ColumnParallelLinear col(4, 6, true, 2, 0);
+  EXPECT_THROW(col.load(slice_of(Tensor::zeros({6, 5}, DType::kF32))), Error);  // wrong in dim
+  EXPECT_THROW(col.load(slice_of(Tensor::zeros({6, 4}, DType::kF32))), Error);  // bias missing
+  MatmulEngine eng;
+  Tensor x = Tensor::zeros({2, 5}, DType::kF32), y = Tensor::zeros({2, 3}, DType::kF32);
+  EXPECT_THROW(col.forward(eng, y, x), Error);
+}
+
+}  // namespace
+}  // namespace tensorpar
