@@ -21,20 +21,20 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
   TP_CHECK(N >= 0 && C > 0, "[layernorm_forward] sizes: got N=", N, " C=", C,
            ", expected N >= 0 and C > 0");
   TP_CHECK(eps >= 0, "[layernorm_forward] eps: got ", eps, ", expected >= 0");
-  const float inv_c = 1.0f / static_cast<float>(C);
 #pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float* o = out + n * C;        // (C)
-    float s = 0;
+    // Statistics in double: a row of values far from zero would lose digits in a float sum.
+    double s = 0;
 #pragma omp simd reduction(+ : s)
     for (int64_t c = 0; c < C; ++c) s += x[c];
-    const float m = s * inv_c;
+    const float m = static_cast<float>(s / static_cast<double>(C));
     // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - m^2.
-    float v = 0;
+    double v = 0;
 #pragma omp simd reduction(+ : v)
-    for (int64_t c = 0; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    const float r = 1.0f / std::sqrt(v * inv_c + eps);
+    for (int64_t c = 0; c < C; ++c) v += static_cast<double>((x[c] - m) * (x[c] - m));
+    const float r = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(C) + eps));
     if (bias)
       for (int64_t c = 0; c < C; ++c) o[c] = (x[c] - m) * r * weight[c] + bias[c];
     else

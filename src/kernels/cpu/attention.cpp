@@ -1,0 +1,155 @@
+// Causal GQA attention over a KV cache: forward saves the row log-sum-exp, backward recomputes
+// the probabilities from it in two deterministic passes (query rows for d_q, key rows for
+// d_k/d_v), so no T x T buffer is ever stored.
+#include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tensorpar {
+namespace {
+
+// Below this many elements of work a loop runs on the calling thread: waking a team costs
+// more than it saves (decode steps, small test sizes).
+constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
+inline float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+inline void axpy(float* y, float a, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// Checks the sizes and fills in the defaults (T_kv, scale).
+AttentionDims resolve(const AttentionDims& in, const char* where) {
+  AttentionDims d = in;
+  if (d.T_kv == 0) d.T_kv = d.pos0 + d.T;
+  TP_CHECK(d.B >= 0 && d.T >= 0 && d.NH > 0 && d.NKV > 0 && d.HS > 0 && d.pos0 >= 0, "[", where,
+           "] sizes: got B=", d.B, " T=", d.T, " NH=", d.NH, " NKV=", d.NKV, " HS=", d.HS,
+           " pos0=", d.pos0, ", expected B, T, pos0 >= 0 and NH, NKV, HS > 0");
+  TP_CHECK(d.NH % d.NKV == 0, "[", where, "] heads: got NH=", d.NH, " NKV=", d.NKV,
+           ", expected NH a multiple of NKV");
+  TP_CHECK(d.T_kv >= d.pos0 + d.T, "[", where, "] kv rows: got T_kv=", d.T_kv,
+           ", expected >= pos0 + T = ", d.pos0 + d.T);
+  if (d.scale == 0) d.scale = 1.0f / std::sqrt(static_cast<float>(d.HS));
+  return d;
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_forward");
+  const int64_t B = d.B, T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
+  const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;  // between consecutive tokens
+  const int64_t rows = B * NH * T;
+#pragma omp parallel if (B * NH * T * (d.pos0 + T) * HS > kMinParallelWork)
+  {
+    std::vector<float> p(static_cast<size_t>(d.pos0 + T));  // scores, then probabilities
+#pragma omp for schedule(dynamic, 8)
+    for (int64_t r = 0; r < rows; ++r) {
+      // r = (b, h, t) with t fastest: consecutive rows share a head and its kv rows.
+      const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
+      const int64_t n_keys = d.pos0 + t + 1;
+      const float* qr = q + (b * T + t) * q_stride + h * HS;                   // (HS)
+      const float* kb = k + b * d.T_kv * kv_stride + (h / group) * HS;         // (n_keys) rows
+      const float* vb = v + b * d.T_kv * kv_stride + (h / group) * HS;
+      float* o = out + (b * T + t) * q_stride + h * HS;                        // (HS)
+      float m = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float s = dot(qr, kb + j * kv_stride, HS) * d.scale;
+        p[static_cast<size_t>(j)] = s;
+        m = std::max(m, s);
+      }
+      double sum = 0;
+      for (int64_t j = 0; j < n_keys; ++j) {
+        const float e = std::exp(p[static_cast<size_t>(j)] - m);
+        p[static_cast<size_t>(j)] = e;
+        sum += e;
+      }
+      std::fill(o, o + HS, 0.0f);
+      for (int64_t j = 0; j < n_keys; ++j) axpy(o, p[static_cast<size_t>(j)], vb + j * kv_stride, HS);
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
+      if (lse) lse[(b * NH + h) * T + t] = m + static_cast<float>(std::log(sum));
+    }
+  }
+}
+
+void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_backward");
+  TP_CHECK(lse != nullptr, "[attention_backward] lse: got nullptr, expected the (B,NH,T) "
+           "log-sum-exp saved by attention_forward");
+  const int64_t B = d.B, T = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS, group = NH / NKV;
+  const int64_t q_stride = NH * HS, kv_stride = NKV * HS;
+  const float scale = d.scale;
+  // D (B,NH,T) = d_out . out per query row: sum_j p_j dP_j, the softmax-backward correction.
+  std::vector<float> D(static_cast<size_t>(B * NH * T));
+#pragma omp parallel for schedule(static) if (B * NH * T * HS > kMinParallelWork)
+  for (int64_t r = 0; r < B * NH * T; ++r) {
+    const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
+    const int64_t off = (b * T + t) * q_stride + h * HS;
+    D[static_cast<size_t>(r)] = dot(d_out + off, out + off, HS);
+  }
+  // Pass 1, d_q: per query row, dS_j = p_j (dout . v_j - D), d_q += scale sum_j dS_j k_j.
+  if (d_q) {
+#pragma omp parallel for schedule(dynamic, 8) if (B * NH * T * (d.pos0 + T) * HS > kMinParallelWork)
+    for (int64_t r = 0; r < B * NH * T; ++r) {
+      const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
+      const int64_t off = (b * T + t) * q_stride + h * HS;
+      const float* kb = k + b * d.T_kv * kv_stride + (h / group) * HS;
+      const float* vb = v + b * d.T_kv * kv_stride + (h / group) * HS;
+      const float l = lse[r], Dr = D[static_cast<size_t>(r)];
+      float* dq = d_q + off;
+      for (int64_t j = 0; j <= d.pos0 + t; ++j) {
+        const float p = std::exp(dot(q + off, kb + j * kv_stride, HS) * scale - l);
+        const float ds = p * (dot(d_out + off, vb + j * kv_stride, HS) - Dr);
+        axpy(dq, scale * ds, kb + j * kv_stride, HS);
+      }
+    }
+  }
+  // Pass 2, d_k and d_v: per key row j of kv head g, over the group's query heads and the
+  // queries that see it (t >= j - pos0).
+  if (d_k || d_v) {
+    const int64_t n_keys = d.pos0 + T;
+    const int64_t rows = B * NKV * n_keys;
+#pragma omp parallel if (B * NH * T * (d.pos0 + T) * HS > kMinParallelWork)
+    {
+      std::vector<float> acc_k(static_cast<size_t>(HS)), acc_v(static_cast<size_t>(HS));
+#pragma omp for schedule(dynamic, 8)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t j = r % n_keys, g = (r / n_keys) % NKV, b = r / (n_keys * NKV);
+        const int64_t kv_off = (b * d.T_kv + j) * kv_stride + g * HS;
+        const float* kj = k + kv_off;
+        const float* vj = v + kv_off;
+        std::fill(acc_k.begin(), acc_k.end(), 0.0f);
+        std::fill(acc_v.begin(), acc_v.end(), 0.0f);
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          for (int64_t t = std::max<int64_t>(0, j - d.pos0); t < T; ++t) {
+            const int64_t off = (b * T + t) * q_stride + h * HS;
+            const int64_t lr = (b * NH + h) * T + t;
+            const float p = std::exp(dot(q + off, kj, HS) * scale - lse[lr]);
+            axpy(acc_v.data(), p, d_out + off, HS);
+            const float ds = p * (dot(d_out + off, vj, HS) - D[static_cast<size_t>(lr)]);
+            axpy(acc_k.data(), scale * ds, q + off, HS);
+          }
+        }
+        if (d_k) axpy(d_k + kv_off, 1.0f, acc_k.data(), HS);
+        if (d_v) axpy(d_v + kv_off, 1.0f, acc_v.data(), HS);
+      }
+    }
+  }
+}
+
+}  // namespace tensorpar
