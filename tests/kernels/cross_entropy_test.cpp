@@ -127,7 +127,7 @@ TEST(CrossEntropy, VocabParallelPiecesMatchFused) {
   Rng rng(3);
   for (float smoothing : {0.0f, 0.1f}) {
     const int64_t N = 33, V = 577;
-    const std::vector<int64_t> bounds = {0, 200, 201, 577};
+    const std::vector<int64_t> bounds = {0, 200, 200, 201, 577};  // one empty shard, one of a single column
     const auto x = rng.uniform_vec(static_cast<size_t>(N * V), -6, 6);
     const auto targets = random_targets(rng, N, V);
     CrossEntropyOptions opt;

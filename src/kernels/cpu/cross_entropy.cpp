@@ -2,6 +2,7 @@
 // one rank and the vocab-parallel one share the same code; parallel over rows.
 #include "kernels/cpu/cross_entropy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -17,9 +18,11 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
 void check_sizes(const char* where, int64_t N, int64_t v_begin, int64_t V_local,
                  int64_t V_global) {
-  TP_CHECK(N >= 0 && V_local > 0 && v_begin >= 0 && v_begin + V_local <= V_global, "[", where,
-           "] sizes: got N=", N, " v_begin=", v_begin, " V_local=", V_local,
-           " V_global=", V_global, ", expected N >= 0, V_local > 0, [v_begin, v_begin+V_local) "
+  // V_local = 0 is allowed: a rank may own no vocab columns (it then contributes the identity
+  // of each reduction: -inf to the max, 0 to the sums).
+  TP_CHECK(N >= 0 && V_local >= 0 && V_global > 0 && v_begin >= 0 && v_begin + V_local <= V_global,
+           "[", where, "] sizes: got N=", N, " v_begin=", v_begin, " V_local=", V_local,
+           " V_global=", V_global, ", expected N >= 0, V_global > 0, [v_begin, v_begin+V_local) "
            "inside [0, V_global)");
 }
 
@@ -41,7 +44,7 @@ int64_t cross_entropy_count(const int64_t* targets, int64_t N, int64_t ignore_in
 
 void cross_entropy_local_max(float* row_max, const float* logits_local, int64_t N,
                              int64_t V_local) {
-  check_sizes("cross_entropy_local_max", N, 0, V_local, V_local);
+  check_sizes("cross_entropy_local_max", N, 0, V_local, std::max<int64_t>(V_local, 1));
 #pragma omp parallel for schedule(static) if (N * V_local > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits_local + n * V_local;
@@ -54,7 +57,7 @@ void cross_entropy_local_max(float* row_max, const float* logits_local, int64_t 
 
 void cross_entropy_local_sum_exp(float* row_sum_exp, const float* logits_local,
                                  const float* row_max, int64_t N, int64_t V_local) {
-  check_sizes("cross_entropy_local_sum_exp", N, 0, V_local, V_local);
+  check_sizes("cross_entropy_local_sum_exp", N, 0, V_local, std::max<int64_t>(V_local, 1));
 #pragma omp parallel for schedule(static) if (N * V_local > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = logits_local + n * V_local;
