@@ -1,0 +1,137 @@
+// ModelConfig from Hugging Face config.json (Llama family incl. Qwen2/Mistral/SmolLM2, GPT-2).
+#include "model/model_config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tensorpar {
+
+namespace {
+
+using nlohmann::json;
+
+int64_t need_int(const json& j, const char* key, const std::string& where) {
+  TP_CHECK(j.contains(key) && j[key].is_number_integer(), "[ModelConfig] ", where, ": missing or non-integer '", key, "'");
+  return j[key].get<int64_t>();
+}
+
+int64_t int_or(const json& j, const char* key, int64_t fallback) {
+  return j.contains(key) && j[key].is_number_integer() ? j[key].get<int64_t>() : fallback;
+}
+
+double num_or(const json& j, const char* key, double fallback) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
+}
+
+// eos_token_id may be an int or a list (Llama 3 instruct): take the first.
+int64_t token_id_or(const json& j, const char* key) {
+  if (!j.contains(key)) return -1;
+  const json& v = j[key];
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_array() && !v.empty() && v[0].is_number_integer()) return v[0].get<int64_t>();
+  return -1;
+}
+
+void read_rope_scaling(const json& s, RopeConfig& rope, const std::string& where) {
+  if (!s.is_object()) return;
+  std::string type = s.value("rope_type", s.value("type", std::string("default")));
+  if (type == "default") return;
+  rope.factor = num_or(s, "factor", 1.0);
+  if (type == "linear") {
+    rope.scaling = RopeScaling::kLinear;
+  } else if (type == "llama3") {
+    rope.scaling = RopeScaling::kLlama3;
+    rope.low_freq_factor = num_or(s, "low_freq_factor", 1.0);
+    rope.high_freq_factor = num_or(s, "high_freq_factor", 4.0);
+    rope.original_max_position = int_or(s, "original_max_position_embeddings", 8192);
+  } else {
+    TP_CHECK(false, "[ModelConfig] ", where, ": unsupported rope scaling type '", type,
+             "' (supported: default, linear, llama3)");
+  }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
+  TP_CHECK(j.is_object(), "[ModelConfig] ", where, ": config is not a JSON object");
+  ModelConfig c;
+  c.model_type = j.value("model_type", std::string());
+  if (c.model_type == "gpt2") {
+    c.family = ArchFamily::kGpt2;
+    c.vocab_size = need_int(j, "vocab_size", where);
+    c.hidden = need_int(j, "n_embd", where);
+    c.n_layers = need_int(j, "n_layer", where);
+    c.n_heads = need_int(j, "n_head", where);
+    c.n_kv_heads = c.n_heads;
+    c.head_dim = c.n_heads ? c.hidden / c.n_heads : 0;
+    c.ffn = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int64_t>() : 4 * c.hidden;
+    c.max_position = int_or(j, "n_positions", 1024);
+    c.norm_eps = num_or(j, "layer_norm_epsilon", 1e-5);
+    c.tie_embeddings = j.value("tie_word_embeddings", true);
+  } else {
+    static const char* kLlamaLike[] = {"llama", "mistral", "qwen2", "smollm2", ""};
+    bool known = false;
+    for (const char* t : kLlamaLike) known |= c.model_type == t;
+    TP_CHECK(known, "[ModelConfig] ", where, ": unsupported model_type '", c.model_type,
+             "' (supported: llama, mistral, qwen2, gpt2)");
+    c.family = ArchFamily::kLlama;
+    c.vocab_size = need_int(j, "vocab_size", where);
+    c.hidden = need_int(j, "hidden_size", where);
+    c.n_layers = need_int(j, "num_hidden_layers", where);
+    c.n_heads = need_int(j, "num_attention_heads", where);
+    c.n_kv_heads = int_or(j, "num_key_value_heads", c.n_heads);
+    c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
+                                                                               : (c.n_heads ? c.hidden / c.n_heads : 0);
+    c.ffn = need_int(j, "intermediate_size", where);
+    c.max_position = int_or(j, "max_position_embeddings", 2048);
+    c.norm_eps = num_or(j, "rms_norm_eps", 1e-6);
+    c.tie_embeddings = j.value("tie_word_embeddings", false);
+    c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
+    c.rope.theta = num_or(j, "rope_theta", 10000.0);
+    if (j.contains("rope_scaling")) read_rope_scaling(j["rope_scaling"], c.rope, where);
+    if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {  // newer transformers
+      const json& p = j["rope_parameters"];
+      c.rope.theta = num_or(p, "rope_theta", c.rope.theta);
+      read_rope_scaling(p, c.rope, where);
+    }
+  }
+  c.bos_id = token_id_or(j, "bos_token_id");
+  c.eos_id = token_id_or(j, "eos_token_id");
+  c.validate(where);
+  return c;
+}
+
+ModelConfig ModelConfig::from_hf_file(const std::string& path) {
+  std::ifstream f(path);
+  TP_CHECK(f.good(), "[ModelConfig] cannot open ", path);
+  json j;
+  try {
+    f >> j;
+  } catch (const json::exception& e) {
+    TP_CHECK(false, "[ModelConfig] ", path, ": invalid JSON: ", e.what());
+  }
+  return from_hf_json(j, path);
+}
+
+void ModelConfig::validate(const std::string& where) const {
+  TP_CHECK(vocab_size > 0 && hidden > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && ffn > 0,
+           "[ModelConfig] ", where, ": sizes must be positive: ", summary());
+  TP_CHECK(n_heads % n_kv_heads == 0, "[ModelConfig] ", where, ": ", n_heads,
+           " attention heads is not a multiple of ", n_kv_heads, " kv heads");
+  TP_CHECK(head_dim % 2 == 0, "[ModelConfig] ", where, ": head_dim ", head_dim, " must be even for RoPE");
+  TP_CHECK(family != ArchFamily::kGpt2 || n_heads * head_dim == hidden, "[ModelConfig] ", where,
+           ": gpt2 needs n_embd divisible by n_head");
+}
+
+std::string ModelConfig::summary() const {
+  std::ostringstream os;
+  os << model_type << ": L=" << n_layers << " C=" << hidden << " NH=" << n_heads << " NKV=" << n_kv_heads
+     << " HS=" << head_dim << " F=" << ffn << " V=" << vocab_size << " tied=" << (tie_embeddings ? 1 : 0);
+  if (family == ArchFamily::kLlama) os << " rope_theta=" << rope.theta;
+  return os.str();
+}
+
+}  // namespace tensorpar

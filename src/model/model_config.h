@@ -1,0 +1,53 @@
+// ModelConfig: the architecture hyper-parameters every other part reads, from a Hugging Face
+// config.json or from GGUF metadata (the GGUF path lives with the GGUF loader). Names follow
+// docs/shapes.md: C hidden, NH heads, NKV kv heads, HS head size, F ffn, L layers, V vocab.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace tensorpar {
+
+enum class ArchFamily : uint8_t { kLlama, kGpt2 };  // kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2
+enum class RopeLayout : uint8_t { kHalfSplit, kInterleaved };  // HF (i, i+HS/2) vs GGML (2i, 2i+1)
+enum class RopeScaling : uint8_t { kNone, kLinear, kLlama3 };
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeLayout layout = RopeLayout::kHalfSplit;
+  RopeScaling scaling = RopeScaling::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position = 8192;
+};
+
+struct ModelConfig {
+  std::string model_type;  // as the source names it: "llama", "qwen2", "mistral", "gpt2", ...
+  ArchFamily family = ArchFamily::kLlama;
+  int64_t vocab_size = 0;   // V
+  int64_t hidden = 0;       // C
+  int64_t n_layers = 0;     // L
+  int64_t n_heads = 0;      // NH
+  int64_t n_kv_heads = 0;   // NKV
+  int64_t head_dim = 0;     // HS
+  int64_t ffn = 0;          // F
+  int64_t max_position = 0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;
+  bool qkv_bias = false;    // Qwen2: biases on q, k and v projections
+  RopeConfig rope;
+  int64_t bos_id = -1, eos_id = -1;
+
+  // Parses a HF config.json object; `where` names the file in errors. Reads both the older
+  // rope_theta + rope_scaling and the newer rope_parameters forms.
+  static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& where);
+  static ModelConfig from_hf_file(const std::string& path);
+  // Throws naming `where` if sizes are inconsistent (e.g. NH not a multiple of NKV).
+  void validate(const std::string& where) const;
+  std::string summary() const;  // one line, for inspect and logs
+};
+
+}  // namespace tensorpar
