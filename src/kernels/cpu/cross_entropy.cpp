@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 namespace {
@@ -42,16 +43,12 @@ int64_t cross_entropy_count(const int64_t* targets, int64_t N, int64_t ignore_in
   return count;
 }
 
-void cross_entropy_local_max(float* row_max, const float* logits_local, int64_t N,
+void cross_entropy_local_max(float* row_max_out, const float* logits_local, int64_t N,
                              int64_t V_local) {
   check_sizes("cross_entropy_local_max", N, 0, V_local, std::max<int64_t>(V_local, 1));
 #pragma omp parallel for schedule(static) if (N * V_local > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = logits_local + n * V_local;
-    float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < V_local; ++j) m = std::max(m, x[j]);
-    row_max[n] = m;
+    row_max_out[n] = row_max(logits_local + n * V_local, V_local);
   }
 }
 
@@ -60,11 +57,7 @@ void cross_entropy_local_sum_exp(float* row_sum_exp, const float* logits_local,
   check_sizes("cross_entropy_local_sum_exp", N, 0, V_local, std::max<int64_t>(V_local, 1));
 #pragma omp parallel for schedule(static) if (N * V_local > kMinParallelWork)
   for (int64_t n = 0; n < N; ++n) {
-    const float* x = logits_local + n * V_local;
-    const float m = row_max[n];
-    double s = 0;  // double: a vocabulary row is long
-    for (int64_t j = 0; j < V_local; ++j) s += std::exp(x[j] - m);
-    row_sum_exp[n] = static_cast<float>(s);
+    row_sum_exp[n] = static_cast<float>(exp_sum(logits_local + n * V_local, row_max[n], V_local));
   }
 }
 
@@ -131,7 +124,7 @@ void cross_entropy_grad_local(float* d_logits_local, const float* logits_local, 
     const float* x = logits_local + n * V_local;
     float* dx = d_logits_local + n * V_local;
     const float l = lse[n];
-    for (int64_t j = 0; j < V_local; ++j) dx[j] += std::exp(x[j] - l) * scale - smooth;
+    add_scaled_exp(dx, x, l, scale, -smooth, V_local);
     if (t >= v_begin && t < v_begin + V_local) dx[t - v_begin] -= (1 - eps) * scale;
   }
 }

@@ -1,10 +1,10 @@
-// Softmax forward/backward, parallel over rows.
+// Softmax forward/backward, parallel over rows; exp is the vectorised one of fast_math.h.
 #include "kernels/cpu/softmax.h"
 
 #include <cmath>
-#include <limits>
 
 #include "core/error.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 namespace {
@@ -22,15 +22,9 @@ void softmax_forward(float* out, const float* inp, int64_t N, int64_t C) {
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     float* o = out + n * C;
-    float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t c = 0; c < C; ++c) m = std::max(m, x[c]);
-    double s = 0;  // double: rows may be long (a vocabulary)
-    for (int64_t c = 0; c < C; ++c) {
-      o[c] = std::exp(x[c] - m);
-      s += o[c];
-    }
-    const float inv = static_cast<float>(1.0 / s);
+    const float m = row_max(x, C);
+    const double sum = exp_store_sum(o, x, m, C);
+    const float inv = static_cast<float>(1.0 / sum);
     for (int64_t c = 0; c < C; ++c) o[c] *= inv;
   }
 }
