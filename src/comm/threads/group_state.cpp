@@ -92,7 +92,7 @@ void GroupState::arrive(int r, uint32_t gen) {
   if (f.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&f.gen);
 }
 
-void GroupState::wait_for(int peer, uint32_t gen, const WaitContext& ctx) {
+void GroupState::wait_for(int peer, uint32_t gen, const WaitContext& ctx, bool drain) {
   RankFlag& f = flags_[size_t(peer)];
   for (int i = 0; i < spin_iters_; ++i) {
     if (reached(f.gen.load(std::memory_order_acquire), gen)) return;
@@ -102,8 +102,8 @@ void GroupState::wait_for(int peer, uint32_t gen, const WaitContext& ctx) {
   const double timeout = options_.timeout_s;
   for (int yields = 0;; ++yields) {
     if (reached(f.gen.load(std::memory_order_acquire), gen)) return;
-    if (abort_->aborted()) fail_aborted(ctx);
-    if (abort_->exited(world_rank(peer))) {
+    if (!drain && abort_->aborted()) fail_aborted(ctx);
+    if (!drain && abort_->exited(world_rank(peer))) {
       // The exit flag is released after the peer's last arrive: re-read before concluding.
       if (reached(f.gen.load(std::memory_order_acquire), gen)) return;
       fail_exited(peer, ctx);
@@ -118,6 +118,55 @@ void GroupState::wait_for(int peer, uint32_t gen, const WaitContext& ctx) {
     const uint32_t v = f.gen.load(std::memory_order_seq_cst);
     if (!reached(v, gen)) futex_wait(&f.gen, v, std::min(kSleepSliceS, timeout - waited));
     f.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+int GroupState::laggard(int r, uint32_t gen) const {
+  for (int i = 1; i < n_; ++i) {
+    const int p = (r + i) % n_;
+    if (!reached(flags_[size_t(p)].gen.load(std::memory_order_acquire), gen)) return p;
+  }
+  return -1;
+}
+
+void GroupState::commit_sync(int r, uint32_t gen, uint32_t k, const WaitContext& ctx) {
+  arrive(r, gen);
+  const uint32_t target = k * uint32_t(n_);
+  std::atomic<uint32_t>& count = commits_.gen;
+  if (count.fetch_add(1, std::memory_order_seq_cst) + 1 == target) {
+    if (commits_.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake_all(&count);
+    return;
+  }
+  for (int i = 0; i < spin_iters_; ++i) {
+    if (reached(count.load(std::memory_order_acquire), target)) return;
+    cpu_relax();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  for (int yields = 0;; ++yields) {
+    if (reached(count.load(std::memory_order_acquire), target)) return;
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const int late = laggard(r, gen);
+    const bool gone = late >= 0 && abort_->exited(world_rank(late));
+    if (abort_->aborted() || gone || waited >= options_.timeout_s) {
+      // Withdraw unless the sync completed: then peers may be reading our buffers, so finish.
+      uint32_t v = count.load(std::memory_order_seq_cst);
+      while (!reached(v, target)) {
+        if (count.compare_exchange_weak(v, v - 1, std::memory_order_seq_cst)) {
+          if (abort_->aborted()) fail_aborted(ctx);
+          if (gone) fail_exited(late, ctx);
+          fail_timeout(late >= 0 ? late : r, ctx);
+        }
+      }
+      return;
+    }
+    if (yields < 16) {
+      sched_yield();
+      continue;
+    }
+    commits_.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t v = count.load(std::memory_order_seq_cst);
+    if (!reached(v, target)) futex_wait(&count, v, std::min(kSleepSliceS, options_.timeout_s - waited));
+    commits_.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }
 

@@ -108,8 +108,16 @@ class GroupState {
   // Publishes generation `gen` for rank `r` and wakes its sleepers.
   void arrive(int r, uint32_t gen);
   // Waits until rank `peer` reached generation `gen`; throws Error on timeout (after aborting
-  // the world), on abort, or when the peer has exited without reaching it.
-  void wait_for(int peer, uint32_t gen, const WaitContext& ctx);
+  // the world), on abort, or when the peer has exited without reaching it. With `drain` only the
+  // timeout ends the wait: used at the end of a direct op, where peers still read this rank's
+  // buffers and are sure to arrive, so this rank must not unwind (and free them) on an abort.
+  void wait_for(int peer, uint32_t gen, const WaitContext& ctx, bool drain = false);
+  // The entry sync of an op whose peers then read this rank's own buffers: all n ranks arrive on
+  // one counter (this is commit number `k` of the group), and a rank that gives up (abort, a peer
+  // exited, timeout) withdraws its arrival first, unless everyone had arrived, in which case it
+  // returns normally and finishes the op. So no peer can ever read the buffers of a rank that
+  // has unwound. `gen` is also published on the rank's flag, for blame and plain syncs.
+  void commit_sync(int r, uint32_t gen, uint32_t k, const WaitContext& ctx);
   // Throws if the world was aborted (checked on entry to every op).
   void throw_if_aborted(const WaitContext& ctx) const;
   // Mailbox receive with the same failure rules; returns the oldest message from `src`.
@@ -119,6 +127,8 @@ class GroupState {
   [[noreturn]] void fail_aborted(const WaitContext& ctx) const;
   [[noreturn]] void fail_exited(int peer, const WaitContext& ctx) const;
   [[noreturn]] void fail_timeout(int peer, const WaitContext& ctx) const;
+  // The first rank (after r) that has not reached `gen`, or -1.
+  int laggard(int r, uint32_t gen) const;
 
   const int n_;
   std::vector<int> world_ranks_;  // group rank -> world rank
@@ -127,6 +137,7 @@ class GroupState {
   int spin_iters_;
   std::shared_ptr<AbortState> abort_;
   std::unique_ptr<RankFlag[]> flags_;
+  RankFlag commits_;  // gen = arrivals at commit syncs so far (k * n once commit k is complete)
   std::unique_ptr<RankSlot[]> slots_;
   std::unique_ptr<std::byte[], AlignedDelete> staging_;
   std::unique_ptr<Mailbox[]> mailboxes_;

@@ -116,12 +116,18 @@ OpDesc& ThreadsCommunicator::begin(CommOp op, DType dtype, int64_t count, Reduce
   return d;
 }
 
-void ThreadsCommunicator::sync() {
+void ThreadsCommunicator::sync(bool drain) {
   ++gen_;
   group_->arrive(rank_, gen_);
   const int n = size();
   // Start with the next rank so that waiters do not all poll rank 0's line first.
-  for (int i = 1; i < n; ++i) group_->wait_for((rank_ + i) % n, gen_, ctx_);
+  for (int i = 1; i < n; ++i) group_->wait_for((rank_ + i) % n, gen_, ctx_, drain);
+}
+
+void ThreadsCommunicator::commit_sync() {
+  ++gen_;
+  ++commits_;
+  group_->commit_sync(rank_, gen_, commits_, ctx_);
 }
 
 void ThreadsCommunicator::check_descs() {
@@ -167,7 +173,7 @@ void ThreadsCommunicator::all_reduce(const void* in, void* out, int64_t count, D
   }
   d.in = in;
   d.out = out;
-  sync();
+  commit_sync();
   check_descs();
   std::vector<void*> dsts(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -176,7 +182,7 @@ void ThreadsCommunicator::all_reduce(const void* in, void* out, int64_t count, D
   }
   const auto [b, e] = slice_of(count, elem, rank_, n);
   reduce_range(dtype, op, srcs.data(), n, dsts.data(), n, b, e);
-  sync();
+  sync(/*drain=*/true);
 }
 
 void ThreadsCommunicator::all_gather(const void* in, void* out, int64_t count, DType dtype) {
@@ -196,7 +202,11 @@ void ThreadsCommunicator::all_gather(const void* in, void* out, int64_t count, D
   } else {
     d.in = in;
   }
-  sync();
+  if (staged) {
+    sync();
+  } else {
+    commit_sync();
+  }
   check_descs();
   for (int i = 1; i < n; ++i) {
     const int r = (rank_ + i) % n;
@@ -204,7 +214,7 @@ void ThreadsCommunicator::all_gather(const void* in, void* out, int64_t count, D
     std::memcpy(at(out, r * bytes), src, size_t(bytes));
   }
   copy_if_distinct(mine, in, bytes);  // after the peers' parts: `in` may lie inside `out`
-  if (!staged) sync();
+  if (!staged) sync(/*drain=*/true);
 }
 
 void ThreadsCommunicator::reduce_scatter(const void* in, void* out, int64_t count, DType dtype, ReduceOp op) {
@@ -224,7 +234,11 @@ void ThreadsCommunicator::reduce_scatter(const void* in, void* out, int64_t coun
   } else {
     d.in = in;
   }
-  sync();
+  if (staged) {
+    sync();
+  } else {
+    commit_sync();
+  }
   check_descs();
   std::vector<const void*> srcs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {
@@ -232,7 +246,7 @@ void ThreadsCommunicator::reduce_scatter(const void* in, void* out, int64_t coun
     srcs[size_t(r)] = at(base, rank_ * bytes);
   }
   reduce_range(dtype, op, srcs.data(), n, &out, 1, 0, count);
-  if (!staged) sync();
+  if (!staged) sync(/*drain=*/true);
 }
 
 void ThreadsCommunicator::broadcast(void* data, int64_t count, DType dtype, int root) {
@@ -250,13 +264,17 @@ void ThreadsCommunicator::broadcast(void* data, int64_t count, DType dtype, int 
       d.in = data;
     }
   }
-  sync();
+  if (staged) {
+    sync();
+  } else {
+    commit_sync();
+  }
   check_descs();
   if (rank_ != root) {
     const void* src = staged ? group_->staging(root, parity_) : peer_desc(root).in;
     std::memcpy(data, src, size_t(bytes));
   }
-  if (!staged) sync();
+  if (!staged) sync(/*drain=*/true);
 }
 
 void ThreadsCommunicator::all_to_all(const void* in, std::span<const int64_t> send_counts, void* out,
@@ -286,14 +304,22 @@ void ThreadsCommunicator::all_to_all(const void* in, std::span<const int64_t> se
   d.out = out;
   d.send_counts = send_counts.data();
   d.recv_counts = recv_counts.data();
-  sync();
+  commit_sync();
   check_descs();
-  for (int s = 0; s < n; ++s) {
-    for (int t = 0; t < n; ++t) {
+  // Every rank checks the whole matrix (so all agree); the counts live in the callers' memory,
+  // hence the drain sync before anyone throws.
+  std::string problem;
+  for (int s = 0; s < n && problem.empty(); ++s) {
+    for (int t = 0; t < n && problem.empty(); ++t) {
       const int64_t sent = peer_desc(s).send_counts[t], expected = peer_desc(t).recv_counts[s];
-      TP_CHECK(sent == expected, "[all_to_all] counts disagree on ", name(), ": rank ", s, " sends ",
-               sent, " elements to rank ", t, " but rank ", t, " expects ", expected);
+      if (sent != expected)
+        problem = tensorpar::detail::concat("[all_to_all] counts disagree on ", name(), ": rank ", s, " sends ", sent,
+                                 " elements to rank ", t, " but rank ", t, " expects ", expected);
     }
+  }
+  if (!problem.empty()) {
+    sync(/*drain=*/true);
+    throw Error(problem);
   }
   int64_t out_off = 0;
   std::vector<int64_t> out_offsets(static_cast<size_t>(n));
@@ -309,7 +335,7 @@ void ThreadsCommunicator::all_to_all(const void* in, std::span<const int64_t> se
     const int64_t m = src.send_counts[rank_];
     if (m > 0) std::memcpy(at(out, out_offsets[size_t(s)] * elem), at(src.in, in_off * elem), size_t(m * elem));
   }
-  sync();
+  sync(/*drain=*/true);
 }
 
 void ThreadsCommunicator::send(const void* data, int64_t count, DType dtype, int peer) {

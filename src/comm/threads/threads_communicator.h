@@ -38,8 +38,11 @@ class ThreadsCommunicator final : public Communicator {
   // Starts collective number seq_+1: abort check, debug fingerprint check, then this rank's
   // descriptor for the op's phase (fingerprint filled in, pointers cleared).
   OpDesc& begin(CommOp op, DType dtype, int64_t count, ReduceOp reduce, int64_t root);
-  // Every rank arrives; returns when all have.
-  void sync();
+  // Every rank arrives; returns when all have. An op's last sync after peers read this rank's
+  // own buffers is a `drain` (see GroupState::wait_for).
+  void sync(bool drain = false);
+  // The entry sync of a direct op (peers will read this rank's buffers): GroupState::commit_sync.
+  void commit_sync();
   // Throws (on every rank alike) if the ranks' published fingerprints differ.
   void check_descs();
   // Staged all-gather of `bytes` (<= staging) without fingerprints: the debug check's transport.
@@ -52,6 +55,7 @@ class ThreadsCommunicator final : public Communicator {
   uint64_t phase_ = 0;  // descriptor/staging uses; parity_ is the current one's buffer
   int parity_ = 0;
   uint32_t gen_ = 0;    // barrier generation reached by this rank
+  uint32_t commits_ = 0;  // commit syncs done on this group
   WaitContext ctx_{CommOp::kBarrier, 0, 0};
 };
 
