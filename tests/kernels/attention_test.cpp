@@ -95,19 +95,43 @@ TEST(Attention, ForwardMatchesDoubleFormula) {
       dims(2, 7, 6, 2, 8, 26, 40),  // chunked prefill after 26 cached tokens
   };
   if (!testing::kSanitized) cases.push_back(dims(1, 577, 2, 1, 16));
+  using Fn = void (*)(float*, float*, const float*, const float*, const float*, const AttentionDims&);
+  const std::pair<const char*, Fn> fns[] = {{"tiled", attention_forward}, {"naive", attention_forward_naive}};
   for (const auto& d : cases) {
     const auto in = random_inputs(rng, d);
     std::vector<double> want_lse;
     const auto want = ref_attention(testing::to_double(in.q), testing::to_double(in.k),
                                     testing::to_double(in.v), d, &want_lse);
-    auto out = nan_vec(in.q.size()), lse = nan_vec(want_lse.size());
-    attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), d);
-    expect_close(out, want, 1e-5, 1e-4, "out " + describe(d));
-    expect_close(lse, want_lse, 1e-5, 1e-5, "lse " + describe(d));
-    // Inference: no lse.
-    auto out2 = nan_vec(in.q.size());
-    attention_forward(out2.data(), nullptr, in.q.data(), in.k.data(), in.v.data(), d);
-    expect_close(out2, out, 0, 0, "out without lse " + describe(d));
+    for (const auto& [name, fn] : fns) {
+      auto out = nan_vec(in.q.size()), lse = nan_vec(want_lse.size());
+      fn(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), d);
+      expect_close(out, want, 1e-5, 1e-4, std::string(name) + " out " + describe(d));
+      expect_close(lse, want_lse, 1e-5, 1e-5, std::string(name) + " lse " + describe(d));
+      // Inference: no lse.
+      auto out2 = nan_vec(in.q.size());
+      fn(out2.data(), nullptr, in.q.data(), in.k.data(), in.v.data(), d);
+      expect_close(out2, out, 0, 0, std::string(name) + " out without lse " + describe(d));
+    }
+  }
+}
+
+TEST(Attention, TiledMatchesNaiveOnLargerSizes) {
+  TP_SEED_TRACE();
+  Rng rng(5);
+  const std::vector<AttentionDims> cases =
+      testing::kSanitized
+          ? std::vector<AttentionDims>{dims(1, 40, 4, 2, 16), dims(1, 1, 4, 1, 64, 150, 160)}
+          : std::vector<AttentionDims>{dims(2, 200, 6, 2, 64),             // several tiles each way
+                                       dims(1, 1, 8, 2, 128, 1000, 1024),  // decode, long cache
+                                       dims(1, 37, 9, 3, 64, 300, 400)};   // chunked prefill
+  for (const auto& d : cases) {
+    const auto in = random_inputs(rng, d);
+    auto a = nan_vec(in.q.size()), b = nan_vec(in.q.size());
+    auto la = nan_vec(static_cast<size_t>(d.B * d.NH * d.T)), lb = la;
+    attention_forward(a.data(), la.data(), in.q.data(), in.k.data(), in.v.data(), d);
+    attention_forward_naive(b.data(), lb.data(), in.q.data(), in.k.data(), in.v.data(), d);
+    expect_close(a, b, 2e-6, 1e-4, "out " + describe(d));
+    expect_close(la, lb, 1e-5, 1e-6, "lse " + describe(d));
   }
 }
 

@@ -1,4 +1,5 @@
-// Causal GQA attention over a KV cache: forward saves the row log-sum-exp, backward recomputes
+// Causal GQA attention over a KV cache: the naive forward (one row at a time) beside a tiled one
+// (query block x key block, online softmax); forward saves the row log-sum-exp, backward recomputes
 // the probabilities from it in two deterministic passes (query rows for d_q, key rows for
 // d_k/d_v), so no T x T buffer is ever stored.
 #include "kernels/cpu/attention.h"
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 namespace {
@@ -46,9 +48,9 @@ AttentionDims resolve(const AttentionDims& in, const char* where) {
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const AttentionDims& dims) {
-  const AttentionDims d = resolve(dims, "attention_forward");
+void attention_forward_naive(float* out, float* lse, const float* q, const float* k,
+                             const float* v, const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_forward_naive");
   const int64_t B = d.B, T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;  // between consecutive tokens
   const int64_t rows = B * NH * T;
@@ -81,6 +83,116 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
       if (lse) lse[(b * NH + h) * T + t] = m + static_cast<float>(std::log(sum));
+    }
+  }
+}
+
+namespace {
+
+constexpr int64_t kQueryBlock = 16;  // query tokens per work item
+constexpr int64_t kKeyBlock = 64;    // keys per tile (scores of one row fit a few vector registers)
+
+// Per-thread scratch of the tiled forward.
+struct TileScratch {
+  std::vector<float> kt;   // (HS, kKeyBlock): the key tile transposed, so scores are FMAs over keys
+  std::vector<float> s;    // (kKeyBlock): scores of one row, then probabilities
+  std::vector<float> acc;  // (rows, HS): unnormalised outputs
+  std::vector<float> m, l; // (rows): running max and running sum of exp
+};
+
+// One work item: queries [t0, t1) of sequence b, all query heads of kv head g, against keys
+// [0, pos0 + t1), in key tiles with an online softmax.
+TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, const float* k,
+                                     const float* v, const AttentionDims& d, int64_t b,
+                                     int64_t g, int64_t t0, int64_t t1, TileScratch& w) {
+  const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
+  const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
+  const int64_t rows = (t1 - t0) * group;  // row r: token t0 + r / group, head g*group + r % group
+  const float* kb = k + b * d.T_kv * kv_stride + g * HS;
+  const float* vb = v + b * d.T_kv * kv_stride + g * HS;
+  float* kt = w.kt.data();
+  float* s = w.s.data();
+  std::fill(w.acc.begin(), w.acc.begin() + rows * HS, 0.0f);
+  std::fill(w.m.begin(), w.m.begin() + rows, -std::numeric_limits<float>::infinity());
+  std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
+  const int64_t n_keys = d.pos0 + t1;  // the last query sees keys [0, pos0 + t1)
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int64_t jn = std::min(kKeyBlock, n_keys - j0);
+    for (int64_t j = 0; j < jn; ++j)
+      for (int64_t i = 0; i < HS; ++i) kt[i * kKeyBlock + j] = kb[(j0 + j) * kv_stride + i];
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = t0 + r / group, h = g * group + r % group;
+      const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);  // causal limit within the tile
+      if (valid <= 0) continue;
+      const float* qr = q + (b * T + t) * q_stride + h * HS;
+#pragma omp simd
+      for (int64_t j = 0; j < kKeyBlock; ++j) s[j] = 0.0f;
+      for (int64_t i = 0; i < HS; ++i) {
+        const float qi = qr[i] * d.scale;
+        const float* kti = kt + i * kKeyBlock;
+#pragma omp simd
+        for (int64_t j = 0; j < kKeyBlock; ++j) s[j] += qi * kti[j];
+      }
+      float mt = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mt)
+      for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
+      const float m_old = w.m[static_cast<size_t>(r)];
+      const float m_new = std::max(m_old, mt);
+      const float alpha = fast_exp(m_old - m_new);  // rescales what was summed so far (0 at first)
+      float sum = 0;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < valid; ++j) {
+        s[j] = fast_exp(s[j] - m_new);
+        sum += s[j];
+      }
+      w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * alpha + sum;
+      w.m[static_cast<size_t>(r)] = m_new;
+      float* acc = w.acc.data() + r * HS;
+#pragma omp simd
+      for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
+      for (int64_t j = 0; j < valid; ++j) {
+        const float p = s[j];
+        const float* vj = vb + (j0 + j) * kv_stride;
+#pragma omp simd
+        for (int64_t i = 0; i < HS; ++i) acc[i] += p * vj[i];
+      }
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = t0 + r / group, h = g * group + r % group;
+    const float l = w.l[static_cast<size_t>(r)];
+    const float inv = 1.0f / l;
+    float* o = out + (b * T + t) * q_stride + h * HS;
+    const float* acc = w.acc.data() + r * HS;
+#pragma omp simd
+    for (int64_t i = 0; i < HS; ++i) o[i] = acc[i] * inv;
+    if (lse) lse[(b * NH + h) * T + t] = w.m[static_cast<size_t>(r)] + std::log(l);
+  }
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_forward");
+  const int64_t group = d.NH / d.NKV;
+  const int64_t n_qblocks = (d.T + kQueryBlock - 1) / kQueryBlock;
+  const int64_t items = d.B * d.NKV * n_qblocks;
+#pragma omp parallel if (d.B * d.NH * d.T * (d.pos0 + d.T) * d.HS > kMinParallelWork)
+  {
+    TileScratch w;
+    w.kt.resize(static_cast<size_t>(d.HS * kKeyBlock));
+    w.s.resize(static_cast<size_t>(kKeyBlock));
+    w.acc.resize(static_cast<size_t>(kQueryBlock * group * d.HS));
+    w.m.resize(static_cast<size_t>(kQueryBlock * group));
+    w.l.resize(static_cast<size_t>(kQueryBlock * group));
+    // Later query blocks see more keys: dynamic scheduling, the costliest blocks first.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < items; ++it) {
+      const int64_t qb = n_qblocks - 1 - it % n_qblocks, g = (it / n_qblocks) % d.NKV,
+                    b = it / (n_qblocks * d.NKV);
+      const int64_t t0 = qb * kQueryBlock, t1 = std::min(d.T, t0 + kQueryBlock);
+      attention_tile(out, lse, q, k, v, d, b, g, t0, t1, w);
     }
   }
 }

@@ -22,9 +22,14 @@ struct AttentionDims {
 
 // out (B,T,NH,HS); lse (B,NH,T) the log-sum-exp of each row's scaled scores, saved for backward
 // (nullptr at inference); q (B,T,NH,HS); k, v (B,T_kv,NKV,HS) with rows [0, pos0+T) filled.
-// Plain loops (the simple form is its own reference), parallel over (sequence, head, query).
+// Tiled: a block of queries of all heads of one kv group against blocks of keys, with an online
+// softmax (running max and sum), so each key block is read once per query block. Parallel over
+// (sequence, kv head, query block).
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const AttentionDims& d);
+// The reference: one query row at a time, full score row, then softmax. Same arguments.
+void attention_forward_naive(float* out, float* lse, const float* q, const float* k,
+                             const float* v, const AttentionDims& d);
 // d_q (B,T,NH,HS), d_k, d_v (B,T_kv,NKV,HS) accumulate (+=); d_k/d_v rows are summed over the
 // query heads of their group and only rows [0, pos0+T) are touched. d_out, q, out (B,T,NH,HS);
 // k, v (B,T_kv,NKV,HS); lse (B,NH,T) from the forward. Probabilities are recomputed from lse
