@@ -3,7 +3,7 @@
 (gguf for GGUF writing and block (de)quantization, safetensors for safetensors writing):
 
   tests/fixtures/io/tiny.gguf                   every metadata value type, f32/f16/bf16/q8_0/q4_0/
-                                                q4_1 tensors (2-D, 1-D, 3-D) and one Q6_K tensor
+                                                q4_1 tensors (2-D, 1-D, 3-D), Q4_K/Q5_K/Q6_K and one Q2_K tensor
   tests/fixtures/io/tiny_gguf_expected.safetensors   gguf.quants.dequantize of each loadable tensor
   tests/fixtures/io/tiny_ref.safetensors        written by the safetensors package: several dtypes
                                                 and __metadata__
@@ -87,9 +87,23 @@ def main():
     add("q4_1.weight", rng.standard_normal((9, 128)), Q.Q4_1)
     add("norm.weight", rng.standard_normal((33,)), Q.F32)
     add("cube.weight", rng.standard_normal((2, 3, 32)), Q.Q8_0)
-    # Q6_K: recognised, not loadable; arbitrary block bytes are enough for that.
-    q6k = rng.integers(0, 256, size=(2, 210), dtype=np.uint8)
-    w.add_tensor("q6_k.weight", q6k, raw_dtype=Q.Q6_K)
+    # K-quants: random block bytes with finite f16 scales, dequantized by gguf.quants.
+    def add_kquant(name, rows, cols, qtype, f16_fields):
+        block_elems, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+        nb = rows * cols // block_elems
+        blocks = rng.integers(0, 256, size=(nb, block_bytes), dtype=np.uint8)
+        for off in f16_fields:
+            blocks[:, off:off + 2] = rng.uniform(-0.05, 0.05, size=(nb, 1)).astype(np.float16).view(np.uint8)
+        data = blocks.reshape(rows, cols // block_elems * block_bytes)
+        w.add_tensor(name, data, raw_dtype=qtype)
+        expected[name] = gguf.quants.dequantize(data, qtype).astype(np.float32)
+
+    add_kquant("q4_k.weight", 2, 256, Q.Q4_K, [0, 2])
+    add_kquant("q5_k.weight", 3, 512, Q.Q5_K, [0, 2])
+    add_kquant("q6_k.weight", 2, 768, Q.Q6_K, [208])
+    # Q2_K: recognised, not loadable; arbitrary block bytes are enough for that.
+    q2k = rng.integers(0, 256, size=(2, 84), dtype=np.uint8)
+    w.add_tensor("q2_k.weight", q2k, raw_dtype=Q.Q2_K)
 
     w.write_header_to_file()
     w.write_kv_data_to_file()

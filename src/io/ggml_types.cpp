@@ -4,20 +4,22 @@
 
 #include <optional>
 
+#include "io/kquant.h"
+
 namespace tensorpar {
 namespace {
 
 constexpr int64_t kK = 256;  // K-quant super-block
 
-// Recognised, not loadable: block geometry only.
+// Q4_K, Q5_K, Q6_K load by converting to a float dtype; the rest: block geometry only.
 const StoredFormat kQ50{"Q5_0", 32, 22, std::nullopt, nullptr};
 const StoredFormat kQ51{"Q5_1", 32, 24, std::nullopt, nullptr};
 const StoredFormat kQ81{"Q8_1", 32, 40, std::nullopt, nullptr};
 const StoredFormat kQ2K{"Q2_K", kK, 84, std::nullopt, nullptr};
 const StoredFormat kQ3K{"Q3_K", kK, 110, std::nullopt, nullptr};
-const StoredFormat kQ4K{"Q4_K", kK, 144, std::nullopt, nullptr};
-const StoredFormat kQ5K{"Q5_K", kK, 176, std::nullopt, nullptr};
-const StoredFormat kQ6K{"Q6_K", kK, 210, std::nullopt, nullptr};
+const StoredFormat kQ4K{"Q4_K", kK, 144, std::nullopt, dequantize_q4_k};
+const StoredFormat kQ5K{"Q5_K", kK, 176, std::nullopt, dequantize_q5_k};
+const StoredFormat kQ6K{"Q6_K", kK, 210, std::nullopt, dequantize_q6_k};
 const StoredFormat kQ8K{"Q8_K", kK, 292, std::nullopt, nullptr};
 const StoredFormat kIQ2XXS{"IQ2_XXS", kK, 66, std::nullopt, nullptr};
 const StoredFormat kIQ2XS{"IQ2_XS", kK, 74, std::nullopt, nullptr};
