@@ -375,6 +375,11 @@ TEST(MpiComm, DebugFingerprintMismatch) {
 // Run only by the comm_mpi_peer_exit ctest (under mpirun --enable-recovery, with
 // TENSORPAR_COMM_TIMEOUT=2): rank 1 exits mid-run; the others must fail, not hang.
 TEST(MpiFailure, DISABLED_PeerExit) {
+  // Line the ranks up under a generous timeout first (mpirun may start them seconds apart on a
+  // loaded machine), so only the dead peer can make the short-timeout group fail.
+  CommOptions patient;
+  patient.timeout_s = 60;
+  mpi::create_world(patient)->barrier();
   auto c = world();
   ASSERT_GE(c->size(), 2);
   float x = 1;
