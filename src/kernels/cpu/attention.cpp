@@ -91,14 +91,38 @@ namespace {
 
 constexpr int64_t kQueryBlock = 16;  // query tokens per work item
 constexpr int64_t kKeyBlock = 64;    // keys per tile (scores of one row fit a few vector registers)
+constexpr int64_t kRowBlock = 4;     // query rows scored together against one key tile
 
 // Per-thread scratch of the tiled forward.
 struct TileScratch {
   std::vector<float> kt;   // (HS, kKeyBlock): the key tile transposed, so scores are FMAs over keys
-  std::vector<float> s;    // (kKeyBlock): scores of one row, then probabilities
   std::vector<float> acc;  // (rows, HS): unnormalised outputs
   std::vector<float> m, l; // (rows): running max and running sum of exp
 };
+
+// acc (HS) += sum_j p[j] * v[j * kv_stride + :] over j < n. The output is walked in chunks of
+// 16 held in a local array (a register), with the keys inside: acc is loaded and stored once per
+// chunk instead of once per key.
+inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n,
+                          int64_t kv_stride, int64_t HS) {
+  constexpr int64_t kW = 16;
+  int64_t i0 = 0;
+  for (; i0 + kW <= HS; i0 += kW) {
+    alignas(64) float a[kW];
+#pragma omp simd
+    for (int64_t x = 0; x < kW; ++x) a[x] = acc[i0 + x];
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = p[j];
+      const float* vj = v + j * kv_stride + i0;
+#pragma omp simd
+      for (int64_t x = 0; x < kW; ++x) a[x] += pj * vj[x];
+    }
+#pragma omp simd
+    for (int64_t x = 0; x < kW; ++x) acc[i0 + x] = a[x];
+  }
+  for (int64_t j = 0; j < n && i0 < HS; ++j)  // the last HS % 16 elements
+    for (int64_t i = i0; i < HS; ++i) acc[i] += p[j] * v[j * kv_stride + i];
+}
 
 // One work item: queries [t0, t1) of sequence b, all query heads of kv head g, against keys
 // [0, pos0 + t1), in key tiles with an online softmax.
@@ -111,28 +135,49 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
   const float* kb = k + b * d.T_kv * kv_stride + g * HS;
   const float* vb = v + b * d.T_kv * kv_stride + g * HS;
   float* kt = w.kt.data();
-  float* s = w.s.data();
   std::fill(w.acc.begin(), w.acc.begin() + rows * HS, 0.0f);
   std::fill(w.m.begin(), w.m.begin() + rows, -std::numeric_limits<float>::infinity());
   std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
   const int64_t n_keys = d.pos0 + t1;  // the last query sees keys [0, pos0 + t1)
   for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
     const int64_t jn = std::min(kKeyBlock, n_keys - j0);
-    for (int64_t j = 0; j < jn; ++j)
-      for (int64_t i = 0; i < HS; ++i) kt[i * kKeyBlock + j] = kb[(j0 + j) * kv_stride + i];
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t t = t0 + r / group, h = g * group + r % group;
+    // Few rows (decode): score by dot products straight from the cache; the transpose would
+    // cost more than it saves.
+    const bool transpose = rows > kRowBlock;
+    if (transpose)
+      for (int64_t j = 0; j < jn; ++j)
+        for (int64_t i = 0; i < HS; ++i) kt[i * kKeyBlock + j] = kb[(j0 + j) * kv_stride + i];
+    // Scores for kRowBlock rows at a time: each load of the key tile feeds kRowBlock FMAs.
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      const int64_t rn = std::min(kRowBlock, rows - r0);
+      alignas(64) float sc[kRowBlock][kKeyBlock];
+      const float* qr[kRowBlock];
+      for (int64_t x = 0; x < kRowBlock; ++x) {
+        const int64_t r = r0 + std::min(x, rn - 1);  // pad a short block by repeating its last row
+        const int64_t t = t0 + r / group, h = g * group + r % group;
+        qr[x] = q + (b * T + t) * q_stride + h * HS;
+#pragma omp simd
+        for (int64_t j = 0; j < kKeyBlock; ++j) sc[x][j] = 0.0f;
+      }
+      if (transpose) {
+        for (int64_t i = 0; i < HS; ++i) {
+          const float* kti = kt + i * kKeyBlock;
+          for (int64_t x = 0; x < kRowBlock; ++x) {
+            const float qi = qr[x][i] * d.scale;
+#pragma omp simd
+            for (int64_t j = 0; j < kKeyBlock; ++j) sc[x][j] += qi * kti[j];
+          }
+        }
+      } else {
+        for (int64_t j = 0; j < jn; ++j)
+          for (int64_t x = 0; x < rn; ++x) sc[x][j] = dot(qr[x], kb + (j0 + j) * kv_stride, HS) * d.scale;
+      }
+      for (int64_t x = 0; x < rn; ++x) {
+      const int64_t r = r0 + x;
+      const int64_t t = t0 + r / group;
       const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);  // causal limit within the tile
       if (valid <= 0) continue;
-      const float* qr = q + (b * T + t) * q_stride + h * HS;
-#pragma omp simd
-      for (int64_t j = 0; j < kKeyBlock; ++j) s[j] = 0.0f;
-      for (int64_t i = 0; i < HS; ++i) {
-        const float qi = qr[i] * d.scale;
-        const float* kti = kt + i * kKeyBlock;
-#pragma omp simd
-        for (int64_t j = 0; j < kKeyBlock; ++j) s[j] += qi * kti[j];
-      }
+      float* s = sc[x];
       float mt = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mt)
       for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
@@ -150,11 +195,7 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
       float* acc = w.acc.data() + r * HS;
 #pragma omp simd
       for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
-      for (int64_t j = 0; j < valid; ++j) {
-        const float p = s[j];
-        const float* vj = vb + (j0 + j) * kv_stride;
-#pragma omp simd
-        for (int64_t i = 0; i < HS; ++i) acc[i] += p * vj[i];
+      accumulate_pv(acc, s, vb + j0 * kv_stride, valid, kv_stride, HS);
       }
     }
   }
@@ -182,7 +223,6 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   {
     TileScratch w;
     w.kt.resize(static_cast<size_t>(d.HS * kKeyBlock));
-    w.s.resize(static_cast<size_t>(kKeyBlock));
     w.acc.resize(static_cast<size_t>(kQueryBlock * group * d.HS));
     w.m.resize(static_cast<size_t>(kQueryBlock * group));
     w.l.resize(static_cast<size_t>(kQueryBlock * group));
