@@ -82,6 +82,11 @@ Inputs random_inputs(Rng& rng, const AttentionDims& d) {
   return {rng.uniform_vec(nq, -2, 2), rng.uniform_vec(nkv, -2, 2), rng.uniform_vec(nkv, -1, 1)};
 }
 
+using BackwardFn = void (*)(float*, float*, float*, const float*, const float*, const float*,
+                           const float*, const float*, const float*, const AttentionDims&);
+const std::pair<const char*, BackwardFn> kBackwards[] = {{"tiled", attention_backward},
+                                                          {"naive", attention_backward_naive}};
+
 TEST(Attention, ForwardMatchesDoubleFormula) {
   TP_SEED_TRACE();
   Rng rng(1);
@@ -166,6 +171,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
       dims(1, 7, 3, 1, 4),         // MQA, 3 query heads on one kv head
       dims(1, 4, 2, 2, 5),         // MHA
       dims(1, 3, 4, 2, 4, 5, 10),  // cache offset with spare rows: rows >= 8 must stay untouched
+      dims(1, 70, 1, 1, 2, 3, 80),  // more than one key tile (64) and query block (16)
   };
   for (const auto& d : cases) {
     const auto in = random_inputs(rng, d);
@@ -182,19 +188,22 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
     attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), d);
     const auto dq0 = rng.uniform_vec(in.q.size()), dk0 = rng.uniform_vec(in.k.size()),
                dv0 = rng.uniform_vec(in.v.size());
-    auto dq = dq0, dk = dk0, dv = dv0;
-    attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), in.q.data(), in.k.data(),
-                       in.v.data(), out.data(), lse.data(), d);
-    // Rows past pos0 + T have zero finite-difference gradient, so plus() also checks that
-    // they are left exactly as they were (up to atol).
-    expect_close(dq, testing::plus(dq0, want_dq), 1e-5, 1e-4, "d_q " + describe(d));
-    expect_close(dk, testing::plus(dk0, want_dk), 1e-5, 1e-4, "d_k " + describe(d));
-    expect_close(dv, testing::plus(dv0, want_dv), 1e-5, 1e-4, "d_v " + describe(d));
-    if (d.T_kv > d.pos0 + d.T) {
-      const size_t first_unused = static_cast<size_t>((d.pos0 + d.T) * d.NKV * d.HS);
-      for (size_t i = first_unused; i < dk.size(); ++i) {
-        ASSERT_EQ(dk[i], dk0[i]) << "unused cache row touched, element " << i;
-        ASSERT_EQ(dv[i], dv0[i]) << "unused cache row touched, element " << i;
+    for (const auto& [name, fn] : kBackwards) {
+      const std::string what = std::string(name) + " " + describe(d);
+      auto dq = dq0, dk = dk0, dv = dv0;
+      fn(dq.data(), dk.data(), dv.data(), dy.data(), in.q.data(), in.k.data(), in.v.data(),
+         out.data(), lse.data(), d);
+      // Rows past pos0 + T have zero finite-difference gradient, so plus() also checks that
+      // they are left exactly as they were (up to atol).
+      expect_close(dq, testing::plus(dq0, want_dq), 1e-5, 1e-4, "d_q " + what);
+      expect_close(dk, testing::plus(dk0, want_dk), 1e-5, 1e-4, "d_k " + what);
+      expect_close(dv, testing::plus(dv0, want_dv), 1e-5, 1e-4, "d_v " + what);
+      if (d.T_kv > d.pos0 + d.T) {
+        const size_t first_unused = static_cast<size_t>((d.pos0 + d.T) * d.NKV * d.HS);
+        for (size_t i = first_unused; i < dk.size(); ++i) {
+          ASSERT_EQ(dk[i], dk0[i]) << "unused cache row touched, element " << i << " " << what;
+          ASSERT_EQ(dv[i], dv0[i]) << "unused cache row touched, element " << i << " " << what;
+        }
       }
     }
   }
@@ -205,7 +214,7 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   // from the reference probabilities (finite differences would be too slow here).
   TP_SEED_TRACE();
   Rng rng(4);
-  const auto d = testing::kSanitized ? dims(1, 24, 4, 2, 8) : dims(2, 65, 6, 2, 16);
+  const auto d = testing::kSanitized ? dims(1, 24, 4, 2, 8) : dims(2, 150, 6, 2, 16, 30, 200);
   const auto in = random_inputs(rng, d);
   const auto dy = rng.uniform_vec(in.q.size());
   // Double-precision gradient: directional check along a random direction for each input,
@@ -239,6 +248,13 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   directional(0, dq);
   directional(1, dk);
   directional(2, dv);
+  // The naive backward agrees with the tiled one.
+  std::vector<float> nq(in.q.size(), 0.0f), nk(in.k.size(), 0.0f), nv(in.v.size(), 0.0f);
+  attention_backward_naive(nq.data(), nk.data(), nv.data(), dy.data(), in.q.data(), in.k.data(),
+                           in.v.data(), out.data(), lse.data(), d);
+  expect_close(dq, nq, 1e-5, 1e-4, "tiled vs naive d_q");
+  expect_close(dk, nk, 1e-5, 1e-4, "tiled vs naive d_k");
+  expect_close(dv, nv, 1e-5, 1e-4, "tiled vs naive d_v");
 }
 
 TEST(Attention, BadShapesAreErrors) {

@@ -46,6 +46,19 @@ AttentionDims resolve(const AttentionDims& in, const char* where) {
   return d;
 }
 
+// D (B,NH,T) = d_out . out per query row: sum_j p_j dP_j, the softmax-backward correction.
+std::vector<float> row_dot(const float* d_out, const float* out, const AttentionDims& d) {
+  const int64_t T = d.T, NH = d.NH, HS = d.HS;
+  std::vector<float> D(static_cast<size_t>(d.B * NH * T));
+#pragma omp parallel for schedule(static) if (d.B * NH * T * HS > kMinParallelWork)
+  for (int64_t r = 0; r < d.B * NH * T; ++r) {
+    const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
+    const int64_t off = (b * T + t) * NH * HS + h * HS;
+    D[static_cast<size_t>(r)] = dot(d_out + off, out + off, HS);
+  }
+  return D;
+}
+
 }  // namespace
 
 void attention_forward_naive(float* out, float* lse, const float* q, const float* k,
@@ -237,23 +250,16 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   }
 }
 
-void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
-                        const float* k, const float* v, const float* out, const float* lse,
-                        const AttentionDims& dims) {
-  const AttentionDims d = resolve(dims, "attention_backward");
-  TP_CHECK(lse != nullptr, "[attention_backward] lse: got nullptr, expected the (B,NH,T) "
+void attention_backward_naive(float* d_q, float* d_k, float* d_v, const float* d_out,
+                              const float* q, const float* k, const float* v, const float* out,
+                              const float* lse, const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_backward_naive");
+  TP_CHECK(lse != nullptr, "[attention_backward_naive] lse: got nullptr, expected the (B,NH,T) "
            "log-sum-exp saved by attention_forward");
   const int64_t B = d.B, T = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS, group = NH / NKV;
   const int64_t q_stride = NH * HS, kv_stride = NKV * HS;
   const float scale = d.scale;
-  // D (B,NH,T) = d_out . out per query row: sum_j p_j dP_j, the softmax-backward correction.
-  std::vector<float> D(static_cast<size_t>(B * NH * T));
-#pragma omp parallel for schedule(static) if (B * NH * T * HS > kMinParallelWork)
-  for (int64_t r = 0; r < B * NH * T; ++r) {
-    const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
-    const int64_t off = (b * T + t) * q_stride + h * HS;
-    D[static_cast<size_t>(r)] = dot(d_out + off, out + off, HS);
-  }
+  const std::vector<float> D = row_dot(d_out, out, d);
   // Pass 1, d_q: per query row, dS_j = p_j (dout . v_j - D), d_q += scale sum_j dS_j k_j.
   if (d_q) {
 #pragma omp parallel for schedule(dynamic, 8) if (B * NH * T * (d.pos0 + T) * HS > kMinParallelWork)
@@ -299,6 +305,191 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
         }
         if (d_k) axpy(d_k + kv_off, 1.0f, acc_k.data(), HS);
         if (d_v) axpy(d_v + kv_off, 1.0f, acc_v.data(), HS);
+      }
+    }
+  }
+}
+
+namespace {
+
+// sc[x][j] = mult * sum_i a[x][i] * mt[i][j] for a block of kRowBlock rows and a key tile; mt is
+// (HS, kKeyBlock), a key (or value) tile transposed.
+inline void scores_block(float (*sc)[kKeyBlock], const float* const* a, float mult,
+                         const float* mt, int64_t HS) {
+  for (int64_t x = 0; x < kRowBlock; ++x)
+#pragma omp simd
+    for (int64_t j = 0; j < kKeyBlock; ++j) sc[x][j] = 0.0f;
+  for (int64_t i = 0; i < HS; ++i) {
+    const float* mti = mt + i * kKeyBlock;
+    for (int64_t x = 0; x < kRowBlock; ++x) {
+      const float ai = a[x][i] * mult;
+#pragma omp simd
+      for (int64_t j = 0; j < kKeyBlock; ++j) sc[x][j] += ai * mti[j];
+    }
+  }
+}
+
+// mt[i][j] += sum_x a[x][i] * w[x][j]: a gradient tile (HS, kKeyBlock) gathers kRowBlock rows.
+inline void outer_block(float* mt, const float* const* a, const float (*w)[kKeyBlock],
+                        int64_t HS) {
+  static_assert(kRowBlock == 4);
+  for (int64_t i = 0; i < HS; ++i) {
+    float* mti = mt + i * kKeyBlock;
+    const float a0 = a[0][i], a1 = a[1][i], a2 = a[2][i], a3 = a[3][i];
+#pragma omp simd
+    for (int64_t j = 0; j < kKeyBlock; ++j)
+      mti[j] += a0 * w[0][j] + a1 * w[1][j] + a2 * w[2][j] + a3 * w[3][j];
+  }
+}
+
+// tile (HS, kKeyBlock) = rows [j0, j0 + jn) of src (rows kv_stride apart) transposed.
+inline void transpose_tile(float* tile, const float* src, int64_t jn, int64_t kv_stride,
+                           int64_t HS) {
+  for (int64_t j = 0; j < jn; ++j)
+    for (int64_t i = 0; i < HS; ++i) tile[i * kKeyBlock + j] = src[j * kv_stride + i];
+}
+
+struct BackwardScratch {
+  std::vector<float> kt, vt, dkt, dvt;  // (HS, kKeyBlock) each
+  std::vector<float> ds;                // (kKeyBlock)
+};
+
+// d_q of queries [t0, t1) of sequence b, all heads of kv group g.
+TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const float* q,
+                                       const float* k, const float* v, const float* lse,
+                                       const float* D, const AttentionDims& d, int64_t b,
+                                       int64_t g, int64_t t0, int64_t t1, BackwardScratch& w) {
+  const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
+  const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
+  const int64_t rows = (t1 - t0) * group;
+  const float* kb = k + b * d.T_kv * kv_stride + g * HS;
+  const float* vb = v + b * d.T_kv * kv_stride + g * HS;
+  const int64_t n_keys = d.pos0 + t1;
+  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+    const int64_t jn = std::min(kKeyBlock, n_keys - j0);
+    transpose_tile(w.kt.data(), kb + j0 * kv_stride, jn, kv_stride, HS);
+    transpose_tile(w.vt.data(), vb + j0 * kv_stride, jn, kv_stride, HS);
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      const int64_t rn = std::min(kRowBlock, rows - r0);
+      const float* qr[kRowBlock];
+      const float* dor[kRowBlock];
+      for (int64_t x = 0; x < kRowBlock; ++x) {
+        const int64_t r = r0 + std::min(x, rn - 1);
+        const int64_t off = (b * T + t0 + r / group) * q_stride + (g * group + r % group) * HS;
+        qr[x] = q + off;
+        dor[x] = d_out + off;
+      }
+      alignas(64) float S[kRowBlock][kKeyBlock], dP[kRowBlock][kKeyBlock];
+      scores_block(S, qr, d.scale, w.kt.data(), HS);
+      scores_block(dP, dor, 1.0f, w.vt.data(), HS);
+      for (int64_t x = 0; x < rn; ++x) {
+        const int64_t r = r0 + x, t = t0 + r / group, h = g * group + r % group;
+        const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);
+        if (valid <= 0) continue;
+        const int64_t lr = (b * NH + h) * T + t;
+        const float l = lse[lr], Dr = D[lr];
+        float* ds = w.ds.data();
+#pragma omp simd
+        for (int64_t j = 0; j < valid; ++j)
+          ds[j] = d.scale * fast_exp(S[x][j] - l) * (dP[x][j] - Dr);
+        accumulate_pv(d_q + (b * T + t) * q_stride + h * HS, ds, kb + j0 * kv_stride, valid,
+                      kv_stride, HS);
+      }
+    }
+  }
+}
+
+// d_k and d_v of keys [j0, j0 + jn) of sequence b, kv head g: over the queries that see them.
+TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_out,
+                                        const float* q, const float* k, const float* v,
+                                        const float* lse, const float* D, const AttentionDims& d,
+                                        int64_t b, int64_t g, int64_t j0, int64_t jn,
+                                        BackwardScratch& w) {
+  const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
+  const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
+  const int64_t kv_off = b * d.T_kv * kv_stride + g * HS;
+  transpose_tile(w.kt.data(), k + kv_off + j0 * kv_stride, jn, kv_stride, HS);
+  transpose_tile(w.vt.data(), v + kv_off + j0 * kv_stride, jn, kv_stride, HS);
+  std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
+  std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
+  const int64_t t_begin = std::max<int64_t>(0, j0 - d.pos0);  // first query that sees key j0
+  const int64_t rows = (T - t_begin) * group;
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t rn = std::min(kRowBlock, rows - r0);
+    const float* qr[kRowBlock];
+    const float* dor[kRowBlock];
+    for (int64_t x = 0; x < kRowBlock; ++x) {
+      const int64_t r = r0 + std::min(x, rn - 1);
+      const int64_t off = (b * T + t_begin + r / group) * q_stride + (g * group + r % group) * HS;
+      qr[x] = q + off;
+      dor[x] = d_out + off;
+    }
+    alignas(64) float S[kRowBlock][kKeyBlock], dP[kRowBlock][kKeyBlock];
+    alignas(64) float P[kRowBlock][kKeyBlock], dS[kRowBlock][kKeyBlock];
+    scores_block(S, qr, d.scale, w.kt.data(), HS);
+    scores_block(dP, dor, 1.0f, w.vt.data(), HS);
+    for (int64_t x = 0; x < kRowBlock; ++x) {
+      // Padding rows (x >= rn) and keys a row cannot see get zero weight.
+      const int64_t r = r0 + x, t = t_begin + r / group, h = g * group + r % group;
+      const int64_t valid = x < rn ? std::min(jn, d.pos0 + t + 1 - j0) : 0;
+      const int64_t lr = x < rn ? (b * NH + h) * T + t : 0;
+      const float l = lse[lr], Dr = D[lr];
+#pragma omp simd
+      for (int64_t j = 0; j < kKeyBlock; ++j) {
+        const float p = j < valid ? fast_exp(S[x][j] - l) : 0.0f;
+        P[x][j] = p;
+        dS[x][j] = d.scale * p * (dP[x][j] - Dr);
+      }
+    }
+    outer_block(w.dvt.data(), dor, P, HS);
+    outer_block(w.dkt.data(), qr, dS, HS);
+  }
+  for (int64_t j = 0; j < jn; ++j) {
+    float* dk = d_k ? d_k + kv_off + (j0 + j) * kv_stride : nullptr;
+    float* dv = d_v ? d_v + kv_off + (j0 + j) * kv_stride : nullptr;
+    for (int64_t i = 0; i < HS; ++i) {
+      if (dk) dk[i] += w.dkt[static_cast<size_t>(i * kKeyBlock + j)];
+      if (dv) dv[i] += w.dvt[static_cast<size_t>(i * kKeyBlock + j)];
+    }
+  }
+}
+
+}  // namespace
+
+void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        const AttentionDims& dims) {
+  const AttentionDims d = resolve(dims, "attention_backward");
+  TP_CHECK(lse != nullptr, "[attention_backward] lse: got nullptr, expected the (B,NH,T) "
+           "log-sum-exp saved by attention_forward");
+  const int64_t B = d.B, T = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS;
+  const bool parallel = B * NH * T * (d.pos0 + T) * HS > kMinParallelWork;
+  const std::vector<float> D = row_dot(d_out, out, d);
+  const int64_t n_qblocks = (T + kQueryBlock - 1) / kQueryBlock;
+  const int64_t n_kblocks = (d.pos0 + T + kKeyBlock - 1) / kKeyBlock;
+#pragma omp parallel if (parallel)
+  {
+    BackwardScratch w;
+    for (auto* buf : {&w.kt, &w.vt, &w.dkt, &w.dvt}) buf->resize(static_cast<size_t>(HS * kKeyBlock));
+    w.ds.resize(static_cast<size_t>(kKeyBlock));
+    if (d_q) {
+      // Later query blocks see more keys: the costliest first.
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t it = 0; it < B * NKV * n_qblocks; ++it) {
+        const int64_t qb = n_qblocks - 1 - it % n_qblocks, g = (it / n_qblocks) % NKV,
+                      b = it / (n_qblocks * NKV);
+        attention_bwd_dq(d_q, d_out, q, k, v, lse, D.data(), d, b, g, qb * kQueryBlock,
+                         std::min(T, (qb + 1) * kQueryBlock), w);
+      }
+    }
+    if (d_k || d_v) {
+      // Earlier key blocks are seen by more queries: the costliest first.
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t it = 0; it < B * NKV * n_kblocks; ++it) {
+        const int64_t kb = it % n_kblocks, g = (it / n_kblocks) % NKV, b = it / (n_kblocks * NKV);
+        const int64_t j0 = kb * kKeyBlock;
+        attention_bwd_dkv(d_k, d_v, d_out, q, k, v, lse, D.data(), d, b, g, j0,
+                          std::min(kKeyBlock, d.pos0 + T - j0), w);
       }
     }
   }

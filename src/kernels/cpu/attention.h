@@ -33,10 +33,15 @@ void attention_forward_naive(float* out, float* lse, const float* q, const float
 // d_q (B,T,NH,HS), d_k, d_v (B,T_kv,NKV,HS) accumulate (+=); d_k/d_v rows are summed over the
 // query heads of their group and only rows [0, pos0+T) are touched. d_out, q, out (B,T,NH,HS);
 // k, v (B,T_kv,NKV,HS); lse (B,NH,T) from the forward. Probabilities are recomputed from lse
-// (nothing of size T^2 is stored). Deterministic: d_q is parallel over query rows and d_k/d_v
-// over key rows, each summed in a fixed order.
+// (nothing of size T^2 is stored). Any of d_q, d_k, d_v may be nullptr to skip it.
+// Deterministic: d_q is parallel over query blocks and d_k/d_v over key blocks, each summed in a
+// fixed order. Tiled like the forward.
 void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
                         const AttentionDims& d);
+// The reference: one query row (for d_q) or one key row (for d_k, d_v) at a time.
+void attention_backward_naive(float* d_q, float* d_k, float* d_v, const float* d_out,
+                              const float* q, const float* k, const float* v, const float* out,
+                              const float* lse, const AttentionDims& d);
 
 }  // namespace tensorpar
