@@ -1,0 +1,245 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "core/error.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer_fixture.h"
+
+namespace tensorpar {
+namespace {
+
+using nlohmann::json;
+using testing::load_tokenizer_fixture;
+using testing::Rng;
+
+std::string show(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+// The bytes of s that the tokenizer can represent (encode drops the others, as HF does).
+std::string representable(const Tokenizer& tok, std::string_view s) {
+  std::string out;
+  for (char ch : s)
+    if (tok.can_encode_byte(static_cast<uint8_t>(ch))) out += ch;
+  return out;
+}
+
+std::string raw_bytes(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::string raw;
+  for (int32_t id : ids) raw += tok.token_bytes(id);
+  return raw;
+}
+
+// Every case of <name>.cases.json: our ids equal the Python tokenizers' ids, with and without
+// special tokens, and decode reproduces the reference text.
+void check_cases(const Tokenizer& tok, const std::string& cases_file) {
+  const json cases = load_tokenizer_fixture(cases_file);
+  int n_enc = 0;
+  for (const json& c : cases["encode"]) {
+    const std::string text = c["text"].get<std::string>();
+    const auto want = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text);
+    EXPECT_EQ(got, want) << "text: '" << text << "'\n got: " << show(got) << "\nwant: " << show(want);
+    const auto want_plain = c.contains("ids_no_special") ? c["ids_no_special"].get<std::vector<int32_t>>() : want;
+    EXPECT_EQ(tok.encode(text, /*allow_special=*/false), want_plain) << "text: '" << text << "'";
+    EXPECT_EQ(tok.decode(got), utf8_lossy(representable(tok, text)));
+    ++n_enc;
+  }
+  EXPECT_GT(n_enc, 100);
+  for (const json& c : cases["decode"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tok.decode(ids), c["text"].get<std::string>()) << "ids: " << show(ids);
+  }
+}
+
+Tokenizer load_json_fixture(const std::string& name) {
+  return Tokenizer::from_json_file(testing::tokenizer_fixture_path(name));
+}
+
+TEST(Tokenizer, SmolLM2FromGgufVocabMatchesReference) {
+  const Tokenizer tok = testing::load_smollm2_gguf_fixture();
+  EXPECT_EQ(tok.pre_tokenizer(), PreTokenizer::kSmolLM);
+  EXPECT_EQ(tok.vocab_size(), 49152);
+  EXPECT_EQ(tok.bos_id(), 1);
+  EXPECT_EQ(tok.eos_id(), 2);
+  EXPECT_TRUE(tok.is_eos(2));
+  EXPECT_TRUE(tok.is_eos(0));  // <|endoftext|>
+  EXPECT_FALSE(tok.is_eos(1));
+  EXPECT_EQ(tok.token_id("<|im_start|>"), 1);
+  EXPECT_TRUE(tok.is_special(1));
+  check_cases(tok, "smollm2.cases.json");
+}
+
+TEST(Tokenizer, Llama3TokenizerJsonMatchesReference) {
+  const Tokenizer tok = load_json_fixture("llama3.tokenizer.json");
+  EXPECT_EQ(tok.pre_tokenizer(), PreTokenizer::kLlama3);
+  EXPECT_GE(tok.token_id("<|eot_id|>"), 0);
+  EXPECT_TRUE(tok.is_eos(tok.token_id("<|eot_id|>")));
+  check_cases(tok, "llama3.cases.json");
+}
+
+TEST(Tokenizer, Gpt2PatternMatchesReference) {
+  const Tokenizer tok = load_json_fixture("gpt2_trained.tokenizer.json");
+  EXPECT_EQ(tok.pre_tokenizer(), PreTokenizer::kGpt2);
+  EXPECT_EQ(tok.eos_id(), tok.token_id("<|endoftext|>"));
+  check_cases(tok, "gpt2_trained.cases.json");
+}
+
+TEST(Tokenizer, Qwen2PatternMatchesReference) {
+  const Tokenizer tok = load_json_fixture("qwen2_trained.tokenizer.json");
+  EXPECT_EQ(tok.pre_tokenizer(), PreTokenizer::kQwen2);
+  check_cases(tok, "qwen2_trained.cases.json");
+}
+
+// Random UTF-8 text (any code point, surrogates excluded) and random bytes round-trip exactly.
+TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
+  TP_SEED_TRACE();
+  Rng rng(11);
+  const Tokenizer toks[] = {testing::load_smollm2_gguf_fixture(), load_json_fixture("llama3.tokenizer.json"),
+                            load_json_fixture("gpt2_trained.tokenizer.json"),
+                            load_json_fixture("qwen2_trained.tokenizer.json")};
+  const char* ascii_pool = " \t\n\r'sStdmlrve0123456789abcXYZ.,!?<|>_-";
+  for (int iter = 0; iter < 150; ++iter) {
+    std::string text;
+    const int n = static_cast<int>(rng.integer(1, 60));
+    for (int k = 0; k < n; ++k) {
+      const int64_t kind = rng.integer(0, 4);
+      if (kind == 0) {
+        text += ascii_pool[rng.integer(0, 38)];
+      } else {
+        uint32_t cp;
+        do {
+          cp = static_cast<uint32_t>(kind == 1 ? rng.integer(0x80, 0x800)
+                                     : kind == 2 ? rng.integer(0x800, 0x10000)
+                                                 : rng.integer(0x10000, 0x110000));
+        } while (cp >= 0xD800 && cp < 0xE000);
+        utf8_append(text, cp);
+      }
+    }
+    std::string bytes;  // arbitrary bytes, mostly invalid UTF-8
+    for (int k = 0; k < n; ++k) bytes += static_cast<char>(rng.integer(0, 256));
+    for (const Tokenizer& tok : toks) {
+      EXPECT_EQ(raw_bytes(tok, tok.encode(text)), representable(tok, text));
+      EXPECT_EQ(raw_bytes(tok, tok.encode(bytes)), representable(tok, bytes));
+      EXPECT_EQ(tok.decode(tok.encode(bytes)), utf8_lossy(representable(tok, bytes)));
+    }
+    // Llama 3 has every byte token: exact round trip of any text.
+    EXPECT_EQ(toks[1].decode(toks[1].encode(text)), text);
+  }
+}
+
+// Streaming chunks never end inside a character and add up to decode(all).
+TEST(Tokenizer, StreamDecoderHoldsBackIncompleteCharacters) {
+  TP_SEED_TRACE();
+  Rng rng(12);
+  const Tokenizer tok = testing::load_smollm2_gguf_fixture();
+  const std::string text = "héllo 世界 👋🏽 naïve ✓ \xF0\x9F\x98\x80!";
+  std::vector<int32_t> ids = tok.encode(text);
+  // Byte tokens that split characters: force them by encoding byte by byte.
+  std::vector<int32_t> split;
+  for (char ch : text) {
+    const auto one = tok.encode(std::string(1, ch));
+    split.insert(split.end(), one.begin(), one.end());
+  }
+  for (const auto& seq : {ids, split}) {
+    StreamDecoder sd(tok);
+    std::string all;
+    for (int32_t id : seq) {
+      const std::string chunk = sd.push(id);
+      EXPECT_EQ(utf8_lossy(chunk), chunk) << "chunk is not valid UTF-8";
+      all += chunk;
+    }
+    all += sd.flush();
+    EXPECT_EQ(all, text);
+  }
+  // Random id sequences (invalid UTF-8 included): chunks are valid and add up to decode().
+  const std::vector<int32_t> pool = tok.encode("\xE4\xB8\x96\xF0\x9F\x98\x80\xC3\xA9\xC3\xC3\x80 ab");
+  for (int iter = 0; iter < 200; ++iter) {
+    std::vector<int32_t> seq;
+    for (int k = 0, n = static_cast<int>(rng.integer(1, 12)); k < n; ++k)
+      seq.push_back(pool[static_cast<size_t>(rng.integer(0, static_cast<int64_t>(pool.size())))]);
+    StreamDecoder sd(tok);
+    std::string all;
+    for (int32_t id : seq) {
+      const std::string chunk = sd.push(id);
+      EXPECT_EQ(utf8_lossy(chunk), chunk);
+      all += chunk;
+    }
+    all += sd.flush();
+    EXPECT_EQ(all, tok.decode(seq)) << show(seq);
+  }
+}
+
+TEST(Tokenizer, SpecialTokensOnlyWhenAllowed) {
+  const Tokenizer tok = testing::load_smollm2_gguf_fixture();
+  const auto with = tok.encode("<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(with.front(), 1);
+  EXPECT_EQ(with.back(), 2);
+  const auto without = tok.encode("<|im_start|>user\nhi<|im_end|>", false);
+  for (int32_t id : without) EXPECT_FALSE(tok.is_special(id));
+  EXPECT_EQ(tok.decode(without), "<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(tok.decode(with), "<|im_start|>user\nhi<|im_end|>");
+  EXPECT_EQ(tok.token_text(tok.encode(" the").at(0)), "Ġthe");
+}
+
+TEST(Tokenizer, ErrorsAreClear) {
+  const Tokenizer tok = load_json_fixture("gpt2_trained.tokenizer.json");
+  const std::vector<int32_t> bad = {5, tok.vocab_size() + 7};
+  try {
+    (void)tok.decode(bad);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(tok.vocab_size() + 7)), std::string::npos) << e.what();
+  }
+  const std::vector<int32_t> negative = {-1};
+  EXPECT_THROW((void)tok.decode(negative), Error);
+  EXPECT_THROW(Tokenizer::from_json_string("{not json"), Error);
+  EXPECT_THROW(Tokenizer::from_json_string("{}"), Error);
+  EXPECT_THROW(Tokenizer::from_json_file("/nonexistent/tokenizer.json"), Error);
+  for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
+    const std::string js = std::string(R"({"model":{"type":")") + type + R"(","vocab":{}},"pre_tokenizer":null})";
+    try {
+      (void)Tokenizer::from_json_string(js);
+      FAIL() << "no error for " << type;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("only byte-level BPE supported"), std::string::npos) << e.what();
+    }
+  }
+  // A merge whose parts are not in the vocab.
+  const std::string bad_merge =
+      R"({"model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":["a c"]},"pre_tokenizer":{"type":"ByteLevel"}})";
+  EXPECT_THROW(Tokenizer::from_json_string(bad_merge), Error);
+  // A vocabulary without the byte tokens cannot encode every byte: an error, not a wrong answer.
+  const std::string tiny =
+      R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]},"pre_tokenizer":{"type":"ByteLevel"}})";
+  const Tokenizer t = Tokenizer::from_json_string(tiny);
+  EXPECT_EQ(t.encode("abab"), (std::vector<int32_t>{2, 2}));
+  EXPECT_EQ(t.encode("acb"), (std::vector<int32_t>{2}));  // 'c' has no token: dropped as in HF
+  EXPECT_FALSE(t.can_encode_byte('c'));
+  // GGUF: unknown pre-tokenizer, mismatched type count.
+  EXPECT_THROW(Tokenizer::from_gguf_vocab({"a"}, {}, {}, -1, -1, "no-such-pre"), Error);
+  EXPECT_THROW(Tokenizer::from_gguf_vocab({"a", "b"}, {}, {1}, -1, -1, "gpt2"), Error);
+  EXPECT_THROW(Tokenizer::from_gguf_vocab({"a", "b"}, {"a"}, {}, -1, -1, "gpt2"), Error);
+}
+
+// Throughput on ordinary text, printed for the record; generous bound so CI never flakes.
+TEST(Tokenizer, EncodeIsFast) {
+  const Tokenizer tok = load_json_fixture("llama3.tokenizer.json");
+  std::string text;
+  while (text.size() < 200000) text += "The quick brown fox, it's 12345 jumps; def f(x):\n    return x  # ok\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto ids = tok.encode(text);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("encode: %.1f MB/s (%zu bytes -> %zu ids)\n", double(text.size()) / s / 1e6, text.size(), ids.size());
+  EXPECT_EQ(tok.decode(ids), text);
+  const std::string spaces(20000, ' ');
+  EXPECT_EQ(tok.decode(tok.encode(spaces)), spaces);
+}
+
+}  // namespace
+}  // namespace tensorpar
