@@ -67,7 +67,9 @@ TEST(Safetensors, RoundTripEveryDtypeAndMetadata) {
     ASSERT_EQ(got.dtype(), nt.tensor.dtype());
     const Tensor want = nt.tensor.contiguous();
     ASSERT_EQ(got.nbytes(), want.nbytes());
-    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(want.nbytes())), 0) << nt.name;
+    if (want.nbytes() > 0) {
+      EXPECT_EQ(std::memcmp(got.raw(), want.raw(), size_t(want.nbytes())), 0) << nt.name;
+    }
   }
   // Zero-copy view keeps the mapping alive after the file object is gone.
   Tensor v = f->view("w.f32");
