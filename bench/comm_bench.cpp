@@ -8,6 +8,10 @@
 // broadcast), B_mem the read+write rate of one 256 MiB memcpy measured in the same run.
 #include "comm_bench.h"
 
+#ifdef TENSORPAR_HAVE_MPI
+#include <mpi.h>
+#endif
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -138,6 +142,7 @@ class Sweep {
   void once(int64_t count) {
     void* in = bufs_.in.raw();
     void* out = bufs_.out.raw();
+    if (cfg_.raw_mpi) return once_raw_mpi(in, out, count);
     switch (op_) {
       case BenchOp::kAllReduce: c_.all_reduce(in, out, count, dtype_, ReduceOp::kSum); break;
       case BenchOp::kAllGather: c_.all_gather(in, out, count, dtype_); break;
@@ -145,6 +150,23 @@ class Sweep {
       case BenchOp::kBroadcast: c_.broadcast(in, count, dtype_, 0); break;
       case BenchOp::kAllToAll: c_.all_to_all(in, counts_, out, counts_, dtype_); break;
     }
+  }
+
+  // The peer baseline: OpenMPI's own blocking collectives (f32 only), no Communicator between.
+  void once_raw_mpi(void* in, void* out, int64_t count) {
+#ifdef TENSORPAR_HAVE_MPI
+    const int n = int(count);
+    MPI_Comm w = MPI_COMM_WORLD;
+    switch (op_) {
+      case BenchOp::kAllReduce: MPI_Allreduce(in, out, n, MPI_FLOAT, MPI_SUM, w); break;
+      case BenchOp::kAllGather: MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, w); break;
+      case BenchOp::kReduceScatter: MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, w); break;
+      case BenchOp::kBroadcast: MPI_Bcast(in, n, MPI_FLOAT, 0, w); break;
+      case BenchOp::kAllToAll: MPI_Alltoall(in, n, MPI_FLOAT, out, n, MPI_FLOAT, w); break;
+    }
+#else
+    (void)in, (void)out, (void)count;
+#endif
   }
 
   // Seconds per op of a batch of `iters`, slowest rank.
@@ -171,11 +193,13 @@ class Sweep {
     return SizeResult{nominal_bytes(count), median(times)};
   }
 
+  const char* backend_label() const { return cfg_.raw_mpi ? "mpi-raw" : cfg_.backend.c_str(); }
+
   void print_header() const {
     if (cfg_.json) return;
     std::printf("# tensorpar bench comm: %s, backend %s, %d ranks, %s; B_mem = %.1f GB/s read+write "
                 "(one 256 MiB memcpy: %.1f GB/s copied)\n",
-                cfg_.op.c_str(), cfg_.backend.c_str(), n_, cfg_.dtype.c_str(), bmem_ * 1e-9,
+                cfg_.op.c_str(), backend_label(), n_, cfg_.dtype.c_str(), bmem_ * 1e-9,
                 bmem_ * 0.5e-9);
     std::printf("# time = median of %d batches, slowest rank per batch; mem_eff = op traffic / "
                 "(time * B_mem)\n",
@@ -192,7 +216,7 @@ class Sweep {
       std::printf("{\"bench\":\"comm\",\"op\":\"%s\",\"backend\":\"%s\",\"ranks\":%d,\"dtype\":\"%s\","
                   "\"bytes\":%lld,\"time_us\":%.4f,\"algbw_gbps\":%.5f,\"busbw_gbps\":%.5f,"
                   "\"mem_eff\":%.5f,\"bmem_gbps\":%.3f}\n",
-                  cfg_.op.c_str(), cfg_.backend.c_str(), n_, cfg_.dtype.c_str(),
+                  cfg_.op.c_str(), backend_label(), n_, cfg_.dtype.c_str(),
                   static_cast<long long>(r.bytes), r.time_s * 1e6, algbw * 1e-9, busbw * 1e-9,
                   eff, bmem_ * 1e-9);
     } else {
@@ -237,6 +261,11 @@ void run_comm_bench(const CommBenchConfig& config) {
            "[bench comm] sizes: got min ", config.min_bytes, ", max ", config.max_bytes,
            ", expected 0 < min <= max");
   op_from_name(config.op);
+  TP_CHECK(!config.raw_mpi || (config.backend == "mpi" && config.dtype == "f32"),
+           "[bench comm] --raw-mpi needs --backend mpi and --dtype f32");
+#ifndef TENSORPAR_HAVE_MPI
+  TP_CHECK(!config.raw_mpi, "[bench comm] --raw-mpi: this build has no MPI");
+#endif
   LaunchConfig launch;
   launch.backend = backend_from_name(config.backend);
   TP_CHECK(launch.backend != Backend::kNccl, "[bench comm] backend: nccl is not benchmarked here");
@@ -264,6 +293,8 @@ void add_comm_bench(CLI::App& bench) {
   cmd->add_option("--seconds-per-size", cfg->seconds_per_size, "Measuring time per size")
       ->check(CLI::Range(0.001, 60.0));
   cmd->add_flag("--json", cfg->json, "One JSON object per size on stdout");
+  cmd->add_flag("--raw-mpi", cfg->raw_mpi,
+                "mpi: time OpenMPI's blocking collectives directly (the peer baseline, no timeouts)");
   cmd->callback([cfg, sizes] {
     cfg->min_bytes = parse_bytes(sizes->first);
     cfg->max_bytes = parse_bytes(sizes->second);

@@ -20,6 +20,9 @@ struct CommBenchConfig {
   int64_t max_bytes = int64_t(64) << 20;
   double seconds_per_size = 0.2;  // measuring time per size, after warm-up
   bool json = false;
+  // mpi only: time OpenMPI's blocking collectives called directly on MPI_COMM_WORLD (the peer
+  // baseline, no timeout protection) instead of our Communicator; reported as backend "mpi-raw".
+  bool raw_mpi = false;
 };
 
 // Runs the sweep and prints (on rank 0) a table, or one JSON object per size with keys bench,
