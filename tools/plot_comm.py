@@ -62,12 +62,47 @@ def size_label(b):
     return f"{b} B"
 
 
+def print_table(series):
+    """One row per size; per series time_us, busbw, mem_eff; then busbw ratios to the first."""
+    keys = sorted(series, key=lambda k: (k[0] != "threads", k))
+    if not keys:
+        sys.exit("plot_comm: no comm bench lines in the inputs")
+    by_size = {}
+    for k in keys:
+        for r in series[k]:
+            by_size.setdefault(r["bytes"], {})[k] = r
+    head = ["bytes"]
+    for k in keys:
+        head += [f"{k[0]} us", f"{k[0]} busbw GB/s", f"{k[0]} mem_eff"]
+    head += [f"{keys[0][0]} / {k[0]} busbw" for k in keys[1:]]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---:|" * len(head))
+    for b in sorted(by_size):
+        row, cells = by_size[b], [size_label(b)]
+        for k in keys:
+            r = row.get(k)
+            cells += [f"{r['time_us']:.2f}", f"{r['busbw_gbps']:.3f}", f"{r['mem_eff']:.2f}"] if r else ["", "", ""]
+        base = row.get(keys[0])
+        for k in keys[1:]:
+            r = row.get(k)
+            cells.append(f"{base['busbw_gbps'] / r['busbw_gbps']:.2f}x" if base and r and r["busbw_gbps"] > 0 else "")
+        print("| " + " | ".join(cells) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("inputs", nargs="+", help="files with `tensorpar bench comm --json` lines")
-    ap.add_argument("--out", required=True, help="PNG to write")
+    ap.add_argument("--out", help="PNG to write")
+    ap.add_argument("--table", action="store_true",
+                    help="print a markdown table (time, busbw, mem_eff per backend, ratio to the "
+                         "first backend's busbw) instead of plotting")
     ap.add_argument("--title", default=None)
     args = ap.parse_args()
+    if args.table:
+        print_table(load(args.inputs))
+        return
+    if not args.out:
+        sys.exit("plot_comm: --out PNG or --table is required")
     ensure_matplotlib()
     import matplotlib
 
