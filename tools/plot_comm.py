@@ -2,7 +2,8 @@
 """Plot busbw against message size from `tensorpar bench comm --json` outputs.
 
 Each input file holds one JSON object per line (the bench's --json output); one line is drawn
-per (backend, op, ranks). Used for docs/BENCHMARKS.md:
+per (backend, op, ranks). When several runs of a series are given, each size shows the run
+with the median time. Used for docs/BENCHMARKS.md:
 
     python3 tools/plot_comm.py --out docs/comm_allreduce_2ranks.png threads.jsonl mpi.jsonl
 
@@ -50,8 +51,13 @@ def load(paths):
                     continue
                 key = (row["backend"], row["op"], row["ranks"])
                 series.setdefault(key, []).append(row)
-    for rows in series.values():
-        rows.sort(key=lambda r: r["bytes"])
+    # Several runs of the same series: keep, per size, the run with the median time.
+    for key, rows in series.items():
+        by_size = {}
+        for r in rows:
+            by_size.setdefault(r["bytes"], []).append(r)
+        series[key] = [sorted(rs, key=lambda r: r["time_us"])[len(rs) // 2]
+                       for _, rs in sorted(by_size.items())]
     return series
 
 
