@@ -18,8 +18,12 @@ using testing::Rng;
 double gelu_tanh(double x) {
   return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
 }
-double gelu_erf(double x) { return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2)); }
-double silu(double x) { return x / (1 + std::exp(-x)); }
+double gelu_erf(double x) {
+  return 0.5 * x * (1 + std::erf(x / std::numbers::sqrt2));
+}
+double silu(double x) {
+  return x / (1 + std::exp(-x));
+}
 
 std::vector<float> inputs(Rng& rng, int64_t N) {
   auto x = rng.uniform_vec(static_cast<size_t>(N), -6, 6);
@@ -73,7 +77,8 @@ TEST(Activations, UnaryBackwardMatchesFiniteDifferences) {
       const auto d0 = rng.uniform_vec(x.size());
       auto dx = d0;
       u.bwd(dx.data(), dy.data(), x.data(), N);
-      expect_close(dx, testing::plus(d0, want), 1e-5, 1e-4, std::string(u.name) + " N=" + std::to_string(N));
+      expect_close(dx, testing::plus(d0, want), 1e-5, 1e-4,
+                   std::string(u.name) + " N=" + std::to_string(N));
     }
 }
 
@@ -91,7 +96,8 @@ TEST(Activations, SwigluForwardAndBackward) {
     expect_close(out, want, 1e-6, 1e-5, "swiglu out " + what);
 
     const auto dy = rng.uniform_vec(gate.size());
-    const auto dy_d = testing::to_double(dy), up_d = testing::to_double(up), gate_d = testing::to_double(gate);
+    const auto dy_d = testing::to_double(dy), up_d = testing::to_double(up),
+               gate_d = testing::to_double(gate);
     auto loss_gate = [&](const std::vector<double>& g) {
       double s = 0;
       for (size_t i = 0; i < g.size(); ++i) s += silu(g[i]) * up_d[i] * dy_d[i];
@@ -106,8 +112,10 @@ TEST(Activations, SwigluForwardAndBackward) {
     const auto dg0 = rng.uniform_vec(gate.size()), du0 = rng.uniform_vec(gate.size());
     auto dg = dg0, du = du0;
     swiglu_backward(dg.data(), du.data(), dy.data(), gate.data(), up.data(), N);
-    expect_close(dg, testing::plus(dg0, testing::numeric_grad(loss_gate, gate_d)), 1e-5, 1e-4, "d_gate " + what);
-    expect_close(du, testing::plus(du0, testing::numeric_grad(loss_up, up_d)), 1e-5, 1e-4, "d_up " + what);
+    expect_close(dg, testing::plus(dg0, testing::numeric_grad(loss_gate, gate_d)), 1e-5, 1e-4,
+                 "d_gate " + what);
+    expect_close(du, testing::plus(du0, testing::numeric_grad(loss_up, up_d)), 1e-5, 1e-4,
+                 "d_up " + what);
   }
 }
 

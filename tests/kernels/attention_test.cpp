@@ -16,7 +16,9 @@ using testing::expect_close;
 using testing::nan_vec;
 using testing::Rng;
 
-int64_t kv_rows(const AttentionDims& d) { return d.T_kv ? d.T_kv : d.pos0 + d.T; }
+int64_t kv_rows(const AttentionDims& d) {
+  return d.T_kv ? d.T_kv : d.pos0 + d.T;
+}
 
 // out (B,T,NH,HS) in double; lse (B,NH,T) if non-null.
 std::vector<double> ref_attention(const std::vector<double>& q, const std::vector<double>& k,
@@ -83,25 +85,27 @@ Inputs random_inputs(Rng& rng, const AttentionDims& d) {
 }
 
 using BackwardFn = void (*)(float*, float*, float*, const float*, const float*, const float*,
-                           const float*, const float*, const float*, const AttentionDims&);
+                            const float*, const float*, const float*, const AttentionDims&);
 const std::pair<const char*, BackwardFn> kBackwards[] = {{"tiled", attention_backward},
-                                                          {"naive", attention_backward_naive}};
+                                                         {"naive", attention_backward_naive}};
 
 TEST(Attention, ForwardMatchesDoubleFormula) {
   TP_SEED_TRACE();
   Rng rng(1);
   std::vector<AttentionDims> cases = {
-      dims(1, 1, 1, 1, 1),          // smallest
-      dims(2, 7, 4, 2, 8),          // GQA, batched training
-      dims(1, 33, 6, 1, 16),        // MQA
-      dims(2, 7, 3, 3, 5),          // MHA, odd sizes
-      dims(1, 7, 7, 7, 33),         // NH odd, HS odd
+      dims(1, 1, 1, 1, 1),           // smallest
+      dims(2, 7, 4, 2, 8),           // GQA, batched training
+      dims(1, 33, 6, 1, 16),         // MQA
+      dims(2, 7, 3, 3, 5),           // MHA, odd sizes
+      dims(1, 7, 7, 7, 33),          // NH odd, HS odd
       dims(1, 1, 8, 2, 16, 40, 64),  // decode at position 40 of a 64-row cache
-      dims(2, 7, 6, 2, 8, 26, 40),  // chunked prefill after 26 cached tokens
+      dims(2, 7, 6, 2, 8, 26, 40),   // chunked prefill after 26 cached tokens
   };
   if (!testing::kSanitized) cases.push_back(dims(1, 577, 2, 1, 16));
-  using Fn = void (*)(float*, float*, const float*, const float*, const float*, const AttentionDims&);
-  const std::pair<const char*, Fn> fns[] = {{"tiled", attention_forward}, {"naive", attention_forward_naive}};
+  using Fn =
+      void (*)(float*, float*, const float*, const float*, const float*, const AttentionDims&);
+  const std::pair<const char*, Fn> fns[] = {{"tiled", attention_forward},
+                                            {"naive", attention_forward_naive}};
   for (const auto& d : cases) {
     const auto in = random_inputs(rng, d);
     std::vector<double> want_lse;
@@ -154,7 +158,8 @@ TEST(Attention, PrefillEqualsTokenByTokenDecode) {
   for (int64_t n : {4, 1, 1, 1, 1, 1}) {
     const auto d = dims(1, n, NH, NKV, HS, pos, cap);
     auto out = nan_vec(static_cast<size_t>(n * NH * HS));
-    attention_forward(out.data(), nullptr, in.q.data() + pos * NH * HS, in.k.data(), in.v.data(), d);
+    attention_forward(out.data(), nullptr, in.q.data() + pos * NH * HS, in.k.data(), in.v.data(),
+                      d);
     steps.insert(steps.end(), out.begin(), out.end());
     pos += n;
   }
@@ -166,24 +171,33 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   TP_SEED_TRACE();
   Rng rng(3);
   const std::vector<AttentionDims> cases = {
-      dims(1, 1, 1, 1, 1),
-      dims(2, 5, 4, 2, 3),         // GQA, batched
-      dims(1, 7, 3, 1, 4),         // MQA, 3 query heads on one kv head
-      dims(1, 4, 2, 2, 5),         // MHA
-      dims(1, 3, 4, 2, 4, 5, 10),  // cache offset with spare rows: rows >= 8 must stay untouched
+      dims(1, 1, 1, 1, 1),         dims(2, 5, 4, 2, 3),  // GQA, batched
+      dims(1, 7, 3, 1, 4),                               // MQA, 3 query heads on one kv head
+      dims(1, 4, 2, 2, 5),                               // MHA
+      dims(1, 3, 4, 2, 4, 5, 10),   // cache offset with spare rows: rows >= 8 must stay untouched
       dims(1, 70, 1, 1, 2, 3, 80),  // more than one key tile (64) and query block (16)
   };
   for (const auto& d : cases) {
     const auto in = random_inputs(rng, d);
-    const auto qd = testing::to_double(in.q), kd = testing::to_double(in.k), vd = testing::to_double(in.v);
+    const auto qd = testing::to_double(in.q), kd = testing::to_double(in.k),
+               vd = testing::to_double(in.v);
     const auto dy = rng.uniform_vec(in.q.size());
     const auto dyd = testing::to_double(dy);
     const auto want_dq = testing::numeric_grad(
-        [&](const std::vector<double>& x) { return testing::weighted_sum(ref_attention(x, kd, vd, d), dyd); }, qd);
+        [&](const std::vector<double>& x) {
+          return testing::weighted_sum(ref_attention(x, kd, vd, d), dyd);
+        },
+        qd);
     const auto want_dk = testing::numeric_grad(
-        [&](const std::vector<double>& x) { return testing::weighted_sum(ref_attention(qd, x, vd, d), dyd); }, kd);
+        [&](const std::vector<double>& x) {
+          return testing::weighted_sum(ref_attention(qd, x, vd, d), dyd);
+        },
+        kd);
     const auto want_dv = testing::numeric_grad(
-        [&](const std::vector<double>& x) { return testing::weighted_sum(ref_attention(qd, kd, x, d), dyd); }, vd);
+        [&](const std::vector<double>& x) {
+          return testing::weighted_sum(ref_attention(qd, kd, x, d), dyd);
+        },
+        vd);
     std::vector<float> out(in.q.size()), lse(static_cast<size_t>(d.B * d.NH * d.T));
     attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), d);
     const auto dq0 = rng.uniform_vec(in.q.size()), dk0 = rng.uniform_vec(in.k.size()),
@@ -219,7 +233,8 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   const auto dy = rng.uniform_vec(in.q.size());
   // Double-precision gradient: directional check along a random direction for each input,
   // by central differences of the double reference (one pair of evaluations per input).
-  const auto qd = testing::to_double(in.q), kd = testing::to_double(in.k), vd = testing::to_double(in.v);
+  const auto qd = testing::to_double(in.q), kd = testing::to_double(in.k),
+             vd = testing::to_double(in.v);
   const auto dyd = testing::to_double(dy);
   std::vector<float> out(in.q.size()), lse(static_cast<size_t>(d.B * d.NH * d.T));
   attention_forward(out.data(), lse.data(), in.q.data(), in.k.data(), in.v.data(), d);
@@ -232,8 +247,9 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
     auto eval = [&](double eps) {
       std::vector<double> x = base;
       for (size_t i = 0; i < x.size(); ++i) x[i] += eps * dir[i];
-      const auto o = which == 0 ? ref_attention(x, kd, vd, d)
-                                : which == 1 ? ref_attention(qd, x, vd, d) : ref_attention(qd, kd, x, d);
+      const auto o = which == 0   ? ref_attention(x, kd, vd, d)
+                     : which == 1 ? ref_attention(qd, x, vd, d)
+                                  : ref_attention(qd, kd, x, d);
       return testing::weighted_sum(o, dyd);
     };
     const double h = 1e-5;
@@ -262,7 +278,8 @@ TEST(Attention, BadShapesAreErrors) {
   auto call = [&](const AttentionDims& d) {
     attention_forward(buf.data(), nullptr, buf.data(), buf.data(), buf.data(), d);
   };
-  testing::expect_error_with([&] { call(dims(1, 2, 6, 4, 8)); }, {"[attention_forward]", "NH=6", "NKV=4"});
+  testing::expect_error_with([&] { call(dims(1, 2, 6, 4, 8)); },
+                             {"[attention_forward]", "NH=6", "NKV=4"});
   testing::expect_error_with([&] { call(dims(1, 4, 2, 1, 8, 10, 12)); }, {"T_kv=12", "14"});
   testing::expect_error_with([&] { call(dims(1, 2, 2, 0, 8)); }, {"NKV=0"});
   EXPECT_THROW(attention_backward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(),

@@ -62,11 +62,13 @@ TEST(CrossEntropy, ForwardMatchesDoubleFormula) {
         for (int64_t j = 0; j < V; ++j) x[static_cast<size_t>(j)] += 300;  // row 0: large logits
         const auto targets = random_targets(rng, N, V);
         std::vector<double> want_losses;
-        const double want = ref_cross_entropy(testing::to_double(x), targets, N, V, smoothing, &want_losses);
+        const double want =
+            ref_cross_entropy(testing::to_double(x), targets, N, V, smoothing, &want_losses);
         auto losses = nan_vec(static_cast<size_t>(N)), lse = nan_vec(static_cast<size_t>(N));
         CrossEntropyOptions opt;
         opt.label_smoothing = smoothing;
-        const float mean = cross_entropy_forward(losses.data(), lse.data(), x.data(), targets.data(), N, V, opt);
+        const float mean =
+            cross_entropy_forward(losses.data(), lse.data(), x.data(), targets.data(), N, V, opt);
         const std::string what = "N=" + std::to_string(N) + " V=" + std::to_string(V) +
                                  " smoothing=" + std::to_string(smoothing);
         // Logits of ~300 in float carry absolute rounding ~3e-5 into lse - x_t.
@@ -103,7 +105,8 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
 
 TEST(CrossEntropy, AllIgnoredGivesZeroLossAndNoGradient) {
   const int64_t N = 3, V = 4;
-  std::vector<float> x(static_cast<size_t>(N * V), 1.0f), lse(static_cast<size_t>(N)), losses(static_cast<size_t>(N));
+  std::vector<float> x(static_cast<size_t>(N * V), 1.0f), lse(static_cast<size_t>(N)),
+      losses(static_cast<size_t>(N));
   const std::vector<int64_t> targets(static_cast<size_t>(N), kIgnore);
   EXPECT_EQ(cross_entropy_forward(losses.data(), lse.data(), x.data(), targets.data(), N, V), 0.0f);
   for (float l : losses) EXPECT_EQ(l, 0.0f);
@@ -127,13 +130,15 @@ TEST(CrossEntropy, VocabParallelPiecesMatchFused) {
   Rng rng(3);
   for (float smoothing : {0.0f, 0.1f}) {
     const int64_t N = 33, V = 577;
-    const std::vector<int64_t> bounds = {0, 200, 200, 201, 577};  // one empty shard, one of a single column
+    const std::vector<int64_t> bounds = {0, 200, 200, 201,
+                                         577};  // one empty shard, one of a single column
     const auto x = rng.uniform_vec(static_cast<size_t>(N * V), -6, 6);
     const auto targets = random_targets(rng, N, V);
     CrossEntropyOptions opt;
     opt.label_smoothing = smoothing;
     std::vector<float> losses(static_cast<size_t>(N)), lse(static_cast<size_t>(N));
-    const float mean = cross_entropy_forward(losses.data(), lse.data(), x.data(), targets.data(), N, V, opt);
+    const float mean =
+        cross_entropy_forward(losses.data(), lse.data(), x.data(), targets.data(), N, V, opt);
     const float d_loss = 1.5f;
     std::vector<float> dx(x.size(), 0.0f);
     cross_entropy_backward(dx.data(), d_loss, x.data(), lse.data(), targets.data(), N, V, opt);
@@ -142,7 +147,8 @@ TEST(CrossEntropy, VocabParallelPiecesMatchFused) {
     std::vector<std::vector<float>> local(shards);  // (N, V_local) per shard
     for (size_t s = 0; s < shards; ++s)
       for (int64_t n = 0; n < N; ++n)
-        local[s].insert(local[s].end(), x.begin() + n * V + bounds[s], x.begin() + n * V + bounds[s + 1]);
+        local[s].insert(local[s].end(), x.begin() + n * V + bounds[s],
+                        x.begin() + n * V + bounds[s + 1]);
     auto width = [&](size_t s) { return bounds[s + 1] - bounds[s]; };
     const size_t n = static_cast<size_t>(N);
     std::vector<float> gmax(n, -INFINITY), gsum(n, 0), gtarget(n, 0), glogits(n, 0);
@@ -163,13 +169,14 @@ TEST(CrossEntropy, VocabParallelPiecesMatchFused) {
       }
     }
     auto p_losses = nan_vec(n), p_lse = nan_vec(n);
-    const float p_mean = cross_entropy_loss_from_parts(p_losses.data(), p_lse.data(), gmax.data(),
-                                                       gsum.data(), gtarget.data(), glogits.data(),
-                                                       targets.data(), N, V, opt);
+    const float p_mean =
+        cross_entropy_loss_from_parts(p_losses.data(), p_lse.data(), gmax.data(), gsum.data(),
+                                      gtarget.data(), glogits.data(), targets.data(), N, V, opt);
     EXPECT_NEAR(p_mean, mean, 1e-5 * std::fabs(mean));
     expect_close(p_losses, losses, 1e-5, 1e-5, "losses from parts");
     expect_close(p_lse, lse, 1e-5, 1e-6, "lse from parts");
-    const float scale = d_loss / static_cast<float>(cross_entropy_count(targets.data(), N, kIgnore));
+    const float scale =
+        d_loss / static_cast<float>(cross_entropy_count(targets.data(), N, kIgnore));
     for (size_t s = 0; s < shards; ++s) {
       std::vector<float> d_local(local[s].size(), 0.0f), want;
       cross_entropy_grad_local(d_local.data(), local[s].data(), p_lse.data(), targets.data(), scale,

@@ -32,7 +32,8 @@ TEST(Embedding, ForwardCopiesRows) {
       embedding_forward(out.data(), ids.data(), table.data(), N, V, C);
       for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c)
-          ASSERT_EQ(out[static_cast<size_t>(n * C + c)], table[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)])
+          ASSERT_EQ(out[static_cast<size_t>(n * C + c)],
+                    table[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)])
               << "N=" << N << " C=" << C << " n=" << n << " c=" << c;
     }
 }
@@ -49,7 +50,8 @@ TEST(Embedding, BackwardScatterAddsWithRepeatedIds) {
       std::vector<double> want = testing::to_double(init);
       for (int64_t n = 0; n < N; ++n)
         for (int64_t c = 0; c < C; ++c)
-          want[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)] += d_out[static_cast<size_t>(n * C + c)];
+          want[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)] +=
+              d_out[static_cast<size_t>(n * C + c)];
       auto d_table = init;
       embedding_backward(d_table.data(), d_out.data(), ids.data(), N, V, C);
       // float sums of up to N terms of size 1
@@ -68,7 +70,8 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
     double s = 0;
     for (int64_t n = 0; n < N; ++n)
       for (int64_t c = 0; c < C; ++c)
-        s += tab[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)] * w[static_cast<size_t>(n * C + c)];
+        s += tab[static_cast<size_t>(ids[static_cast<size_t>(n)] * C + c)] *
+             w[static_cast<size_t>(n * C + c)];
     return s;
   };
   const auto want = testing::numeric_grad(loss, testing::to_double(table));

@@ -35,7 +35,8 @@ TEST(FastMath, ExpLimits) {
   EXPECT_EQ(fast_exp(1000.0f), inf);
   EXPECT_EQ(fast_exp(0.0f), 1.0f);
   EXPECT_TRUE(std::isnan(fast_exp(std::numeric_limits<float>::quiet_NaN())));
-  EXPECT_NEAR(fast_exp(88.7f), std::exp(double(88.7f)), 1e-6 * std::exp(double(88.7f)));  // near FLT_MAX
+  EXPECT_NEAR(fast_exp(88.7f), std::exp(double(88.7f)),
+              1e-6 * std::exp(double(88.7f)));  // near FLT_MAX
   EXPECT_EQ(fast_sigmoid(-inf), 0.0f);
   EXPECT_EQ(fast_sigmoid(inf), 1.0f);
   EXPECT_EQ(fast_tanh(inf), 1.0f);
@@ -59,7 +60,8 @@ TEST(FastMath, RowPrimitivesMatchDouble) {
     }
     EXPECT_NEAR(exp_sum(x.data(), static_cast<float>(m), n), want_sum, 1e-6 * want_sum);
     std::vector<float> y(x.size());
-    EXPECT_NEAR(exp_store_sum(y.data(), x.data(), static_cast<float>(m), n), want_sum, 1e-6 * want_sum);
+    EXPECT_NEAR(exp_store_sum(y.data(), x.data(), static_cast<float>(m), n), want_sum,
+                1e-6 * want_sum);
     expect_close(y, want_y, 1e-30, 1e-6, "exp_store_sum n=" + std::to_string(n));
     const auto y0 = rng.uniform_vec(x.size());
     auto z = y0;

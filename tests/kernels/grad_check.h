@@ -78,12 +78,12 @@ inline void expect_close(const std::vector<float>& got, const std::vector<double
     }
   }
   EXPECT_LE(worst_excess, 0.0) << what << ": element " << worst << " got " << got[worst]
-                               << ", want " << want[worst] << " (atol " << atol << ", rtol "
-                               << rtol << ")";
+                               << ", want " << want[worst] << " (atol " << atol << ", rtol " << rtol
+                               << ")";
 }
 
-inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
-                         double atol, double rtol, const std::string& what) {
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want, double atol,
+                         double rtol, const std::string& what) {
   expect_close(got, to_double(want), atol, rtol, what);
 }
 

@@ -16,8 +16,8 @@ using testing::Rng;
 
 // out (N,C) in double; bias may be empty (none).
 std::vector<double> ref_layernorm(const std::vector<double>& x, const std::vector<double>& w,
-                                  const std::vector<double>& bias, int64_t N, int64_t C,
-                                  double eps, std::vector<double>* mean = nullptr,
+                                  const std::vector<double>& bias, int64_t N, int64_t C, double eps,
+                                  std::vector<double>* mean = nullptr,
                                   std::vector<double>* rstd = nullptr) {
   std::vector<double> out(x.size());
   for (int64_t n = 0; n < N; ++n) {
@@ -28,8 +28,8 @@ std::vector<double> ref_layernorm(const std::vector<double>& x, const std::vecto
     for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
     const double r = 1.0 / std::sqrt(v / static_cast<double>(C) + eps);
     for (int64_t c = 0; c < C; ++c)
-      out[static_cast<size_t>(n * C + c)] =
-          (xr[c] - m) * r * w[static_cast<size_t>(c)] + (bias.empty() ? 0.0 : bias[static_cast<size_t>(c)]);
+      out[static_cast<size_t>(n * C + c)] = (xr[c] - m) * r * w[static_cast<size_t>(c)] +
+                                            (bias.empty() ? 0.0 : bias[static_cast<size_t>(c)]);
     if (mean) mean->push_back(m);
     if (rstd) rstd->push_back(r);
   }
@@ -85,7 +85,8 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
         return testing::weighted_sum(ref_layernorm(xd, wd, v, N, C, eps), dyd);
       };
       std::vector<float> out(x.size()), mean(static_cast<size_t>(N)), rstd(static_cast<size_t>(N));
-      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, eps);
+      layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                        eps);
       const auto dx0 = rng.uniform_vec(x.size()), dw0 = rng.uniform_vec(w.size()),
                  db0 = rng.uniform_vec(b.size());
       auto dx = dx0, dw = dw0, db = db0;
@@ -94,9 +95,12 @@ TEST(LayerNorm, BackwardMatchesFiniteDifferences) {
       const std::string what = "N=" + std::to_string(N) + " C=" + std::to_string(C);
       // C=1 normalises to exactly 0 with rstd = 1/sqrt(eps): d_inp is tiny but its scale is huge.
       const double atol = C == 1 ? 1e-2 : 1e-5;
-      expect_close(dx, testing::plus(dx0, testing::numeric_grad(loss_x, xd)), atol, 1e-4, "d_inp " + what);
-      expect_close(dw, testing::plus(dw0, testing::numeric_grad(loss_w, wd)), 1e-5, 1e-4, "d_weight " + what);
-      expect_close(db, testing::plus(db0, testing::numeric_grad(loss_b, bd)), 1e-5, 1e-4, "d_bias " + what);
+      expect_close(dx, testing::plus(dx0, testing::numeric_grad(loss_x, xd)), atol, 1e-4,
+                   "d_inp " + what);
+      expect_close(dw, testing::plus(dw0, testing::numeric_grad(loss_w, wd)), 1e-5, 1e-4,
+                   "d_weight " + what);
+      expect_close(db, testing::plus(db0, testing::numeric_grad(loss_b, bd)), 1e-5, 1e-4,
+                   "d_bias " + what);
     }
 }
 
@@ -111,8 +115,8 @@ TEST(LayerNorm, NullGradientsAreSkipped) {
   layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), nullptr, N, C, 1e-5f);
   std::vector<float> db_all(static_cast<size_t>(C), 0.0f), db_only(static_cast<size_t>(C), 0.0f),
       dw(static_cast<size_t>(C), 0.0f), dx(x.size(), 0.0f);
-  layernorm_backward(dx.data(), dw.data(), db_all.data(), dy.data(), x.data(), w.data(), mean.data(),
-                     rstd.data(), N, C);
+  layernorm_backward(dx.data(), dw.data(), db_all.data(), dy.data(), x.data(), w.data(),
+                     mean.data(), rstd.data(), N, C);
   layernorm_backward(nullptr, nullptr, db_only.data(), dy.data(), x.data(), w.data(), mean.data(),
                      rstd.data(), N, C);
   expect_close(db_only, db_all, 0, 0, "d_bias alone");

@@ -21,10 +21,12 @@ std::vector<double> ref_rmsnorm(const std::vector<double>& x, const std::vector<
   if (rstd) rstd->resize(static_cast<size_t>(N));
   for (int64_t n = 0; n < N; ++n) {
     double ss = 0;
-    for (int64_t c = 0; c < C; ++c) ss += x[static_cast<size_t>(n * C + c)] * x[static_cast<size_t>(n * C + c)];
+    for (int64_t c = 0; c < C; ++c)
+      ss += x[static_cast<size_t>(n * C + c)] * x[static_cast<size_t>(n * C + c)];
     const double r = 1.0 / std::sqrt(ss / static_cast<double>(C) + eps);
     for (int64_t c = 0; c < C; ++c)
-      out[static_cast<size_t>(n * C + c)] = x[static_cast<size_t>(n * C + c)] * r * w[static_cast<size_t>(c)];
+      out[static_cast<size_t>(n * C + c)] =
+          x[static_cast<size_t>(n * C + c)] * r * w[static_cast<size_t>(c)];
     if (rstd) (*rstd)[static_cast<size_t>(n)] = r;
   }
   return out;
@@ -39,7 +41,8 @@ TEST(RmsNorm, ForwardMatchesDoubleFormula) {
       const auto x = rng.uniform_vec(static_cast<size_t>(N * C), -3, 3);
       const auto w = rng.uniform_vec(static_cast<size_t>(C), 0.5, 1.5);
       std::vector<double> want_rstd;
-      const auto want = ref_rmsnorm(testing::to_double(x), testing::to_double(w), N, C, eps, &want_rstd);
+      const auto want =
+          ref_rmsnorm(testing::to_double(x), testing::to_double(w), N, C, eps, &want_rstd);
       auto out = nan_vec(x.size()), rstd = nan_vec(static_cast<size_t>(N));
       rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
       const std::string what = "N=" + std::to_string(N) + " C=" + std::to_string(C);
@@ -61,7 +64,8 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
       const auto x = rng.uniform_vec(static_cast<size_t>(N * C), -2, 2);
       const auto w = rng.uniform_vec(static_cast<size_t>(C), 0.5, 1.5);
       const auto dy = rng.uniform_vec(static_cast<size_t>(N * C));
-      const auto dyd = testing::to_double(dy), xd = testing::to_double(x), wd = testing::to_double(w);
+      const auto dyd = testing::to_double(dy), xd = testing::to_double(x),
+                 wd = testing::to_double(w);
       const auto want_dx = testing::numeric_grad(
           [&](const std::vector<double>& xx) {
             return testing::weighted_sum(ref_rmsnorm(xx, wd, N, C, eps, nullptr), dyd);
@@ -96,7 +100,9 @@ TEST(RmsNorm, WeightGradientOverManyRows) {
   std::vector<double> want(static_cast<size_t>(C), 0.0);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c)
-      want[static_cast<size_t>(c)] += double(dy[static_cast<size_t>(n * C + c)]) * x[static_cast<size_t>(n * C + c)] * rstd[static_cast<size_t>(n)];
+      want[static_cast<size_t>(c)] += double(dy[static_cast<size_t>(n * C + c)]) *
+                                      x[static_cast<size_t>(n * C + c)] *
+                                      rstd[static_cast<size_t>(n)];
   std::vector<float> dw(static_cast<size_t>(C), 0.0f);
   rmsnorm_backward(nullptr, dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
   expect_close(dw, want, 1e-4, 1e-4, "d_weight");

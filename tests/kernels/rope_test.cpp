@@ -29,7 +29,8 @@ std::vector<double> ref_rope(const std::vector<double>& x, const std::vector<int
         const size_t base = static_cast<size_t>((t * NH + h) * HS);
         const size_t a = base + static_cast<size_t>(interleaved ? 2 * i : i);
         const size_t b = base + static_cast<size_t>(interleaved ? 2 * i + 1 : i + half);
-        const double ang = static_cast<double>(pos[static_cast<size_t>(t)]) * pos_scale * inv[static_cast<size_t>(i)];
+        const double ang = static_cast<double>(pos[static_cast<size_t>(t)]) * pos_scale *
+                           inv[static_cast<size_t>(i)];
         out[a] = x[a] * std::cos(ang) - x[b] * std::sin(ang);
         out[b] = x[a] * std::sin(ang) + x[b] * std::cos(ang);
       }
@@ -38,7 +39,8 @@ std::vector<double> ref_rope(const std::vector<double>& x, const std::vector<int
 
 std::vector<double> plain_inv_freq(int64_t rot, double theta) {
   std::vector<double> inv;
-  for (int64_t i = 0; i < rot / 2; ++i) inv.push_back(1.0 / std::pow(theta, double(2 * i) / double(rot)));
+  for (int64_t i = 0; i < rot / 2; ++i)
+    inv.push_back(1.0 / std::pow(theta, double(2 * i) / double(rot)));
   return inv;
 }
 
@@ -66,9 +68,10 @@ TEST(Rope, ForwardMatchesDoubleRotation) {
                                      layout == RopeLayout::kInterleaved, T, NH, HS);
           auto out = nan_vec(x.size());
           rope_forward(out.data(), x.data(), pos.data(), table, T, NH);
-          const std::string what = std::string(layout == RopeLayout::kInterleaved ? "interleaved" : "half") +
-                                   " HS=" + std::to_string(HS) + " rot=" + std::to_string(rot) +
-                                   " T=" + std::to_string(T);
+          const std::string what =
+              std::string(layout == RopeLayout::kInterleaved ? "interleaved" : "half") +
+              " HS=" + std::to_string(HS) + " rot=" + std::to_string(rot) +
+              " T=" + std::to_string(T);
           expect_close(out, want, 2e-6, 1e-5, what);
           auto inplace = x;
           rope_forward(inplace.data(), inplace.data(), pos.data(), table, T, NH);
@@ -142,7 +145,8 @@ TEST(Rope, InterleavedEqualsHalfSplitUnderTheGgufPermutation) {
     for (int64_t row = 0; row < T * NH; ++row)
       for (int64_t i = 0; i < HS / 2; ++i) {
         r[static_cast<size_t>(row * HS + 2 * i)] = v[static_cast<size_t>(row * HS + i)];
-        r[static_cast<size_t>(row * HS + 2 * i + 1)] = v[static_cast<size_t>(row * HS + i + HS / 2)];
+        r[static_cast<size_t>(row * HS + 2 * i + 1)] =
+            v[static_cast<size_t>(row * HS + i + HS / 2)];
       }
     return r;
   };

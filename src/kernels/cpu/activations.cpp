@@ -41,8 +41,7 @@ TP_VECTOR_CLONES void gelu_tanh_fwd(float* out, const float* inp, int64_t n) {
   }
 }
 
-TP_VECTOR_CLONES void gelu_tanh_bwd(float* d_inp, const float* d_out, const float* inp,
-                                    int64_t n) {
+TP_VECTOR_CLONES void gelu_tanh_bwd(float* d_inp, const float* d_out, const float* inp, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -70,8 +69,8 @@ TP_VECTOR_CLONES void swiglu_fwd(float* out, const float* gate, const float* up,
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] * fast_sigmoid(gate[i]) * up[i];
 }
 
-TP_VECTOR_CLONES void swiglu_bwd(float* d_gate, float* d_up, const float* d_out,
-                                 const float* gate, const float* up, int64_t n) {
+TP_VECTOR_CLONES void swiglu_bwd(float* d_gate, float* d_up, const float* d_out, const float* gate,
+                                 const float* up, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i], s = fast_sigmoid(g);
@@ -83,7 +82,8 @@ TP_VECTOR_CLONES void swiglu_bwd(float* d_gate, float* d_up, const float* d_out,
 }  // namespace
 
 void gelu_tanh_forward(float* out, const float* inp, int64_t N) {
-  for_chunks("gelu_tanh_forward", N, [&](int64_t b, int64_t n) { gelu_tanh_fwd(out + b, inp + b, n); });
+  for_chunks("gelu_tanh_forward", N,
+             [&](int64_t b, int64_t n) { gelu_tanh_fwd(out + b, inp + b, n); });
 }
 
 void gelu_tanh_backward(float* d_inp, const float* d_out, const float* inp, int64_t N) {
@@ -95,7 +95,8 @@ void gelu_tanh_backward(float* d_inp, const float* d_out, const float* inp, int6
 // SiLU, so this path is not hot.
 void gelu_erf_forward(float* out, const float* inp, int64_t N) {
   for_chunks("gelu_erf_forward", N, [&](int64_t b, int64_t n) {
-    for (int64_t i = b; i < b + n; ++i) out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
+    for (int64_t i = b; i < b + n; ++i)
+      out[i] = 0.5f * inp[i] * (1.0f + std::erf(inp[i] * kInvSqrt2));
   });
 }
 

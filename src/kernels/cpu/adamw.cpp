@@ -21,8 +21,7 @@ void adamw_step(float* params, float* m, float* v, const float* grads, int64_t n
   TP_CHECK(t >= 1, "[adamw_step] step: got t=", t, ", expected >= 1");
   TP_CHECK(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,
            "[adamw_step] betas: got (", cfg.beta1, ", ", cfg.beta2, "), expected in [0, 1)");
-  const float b1 = cfg.beta1, b2 = cfg.beta2, lr = cfg.lr, wd = cfg.weight_decay,
-              eps = cfg.eps;
+  const float b1 = cfg.beta1, b2 = cfg.beta2, lr = cfg.lr, wd = cfg.weight_decay, eps = cfg.eps;
   const double t_d = static_cast<double>(t);
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b1), t_d)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(b2), t_d)));

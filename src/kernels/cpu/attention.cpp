@@ -61,8 +61,8 @@ std::vector<float> row_dot(const float* d_out, const float* out, const Attention
 
 }  // namespace
 
-void attention_forward_naive(float* out, float* lse, const float* q, const float* k,
-                             const float* v, const AttentionDims& dims) {
+void attention_forward_naive(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const AttentionDims& dims) {
   const AttentionDims d = resolve(dims, "attention_forward_naive");
   const int64_t B = d.B, T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;  // between consecutive tokens
@@ -75,10 +75,10 @@ void attention_forward_naive(float* out, float* lse, const float* q, const float
       // r = (b, h, t) with t fastest: consecutive rows share a head and its kv rows.
       const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
       const int64_t n_keys = d.pos0 + t + 1;
-      const float* qr = q + (b * T + t) * q_stride + h * HS;                   // (HS)
-      const float* kb = k + b * d.T_kv * kv_stride + (h / group) * HS;         // (n_keys) rows
+      const float* qr = q + (b * T + t) * q_stride + h * HS;            // (HS)
+      const float* kb = k + b * d.T_kv * kv_stride + (h / group) * HS;  // (n_keys) rows
       const float* vb = v + b * d.T_kv * kv_stride + (h / group) * HS;
-      float* o = out + (b * T + t) * q_stride + h * HS;                        // (HS)
+      float* o = out + (b * T + t) * q_stride + h * HS;  // (HS)
       float m = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < n_keys; ++j) {
         const float s = dot(qr, kb + j * kv_stride, HS) * d.scale;
@@ -92,7 +92,8 @@ void attention_forward_naive(float* out, float* lse, const float* q, const float
         sum += e;
       }
       std::fill(o, o + HS, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j) axpy(o, p[static_cast<size_t>(j)], vb + j * kv_stride, HS);
+      for (int64_t j = 0; j < n_keys; ++j)
+        axpy(o, p[static_cast<size_t>(j)], vb + j * kv_stride, HS);
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
       if (lse) lse[(b * NH + h) * T + t] = m + static_cast<float>(std::log(sum));
@@ -110,14 +111,14 @@ constexpr int64_t kRowBlock = 4;     // query rows scored together against one k
 struct TileScratch {
   std::vector<float> kt;   // (HS, kKeyBlock): the key tile transposed, so scores are FMAs over keys
   std::vector<float> acc;  // (rows, HS): unnormalised outputs
-  std::vector<float> m, l; // (rows): running max and running sum of exp
+  std::vector<float> m, l;  // (rows): running max and running sum of exp
 };
 
 // acc (HS) += sum_j p[j] * v[j * kv_stride + :] over j < n. The output is walked in chunks of
 // 16 held in a local array (a register), with the keys inside: acc is loaded and stored once per
 // chunk instead of once per key.
-inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n,
-                          int64_t kv_stride, int64_t HS) {
+inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n, int64_t kv_stride,
+                          int64_t HS) {
   constexpr int64_t kW = 16;
   int64_t i0 = 0;
   for (; i0 + kW <= HS; i0 += kW) {
@@ -140,8 +141,8 @@ inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n,
 // One work item: queries [t0, t1) of sequence b, all query heads of kv head g, against keys
 // [0, pos0 + t1), in key tiles with an online softmax.
 TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, const float* k,
-                                     const float* v, const AttentionDims& d, int64_t b,
-                                     int64_t g, int64_t t0, int64_t t1, TileScratch& w) {
+                                     const float* v, const AttentionDims& d, int64_t b, int64_t g,
+                                     int64_t t0, int64_t t1, TileScratch& w) {
   const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
   const int64_t rows = (t1 - t0) * group;  // row r: token t0 + r / group, head g*group + r % group
@@ -183,32 +184,34 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
         }
       } else {
         for (int64_t j = 0; j < jn; ++j)
-          for (int64_t x = 0; x < rn; ++x) sc[x][j] = dot(qr[x], kb + (j0 + j) * kv_stride, HS) * d.scale;
+          for (int64_t x = 0; x < rn; ++x)
+            sc[x][j] = dot(qr[x], kb + (j0 + j) * kv_stride, HS) * d.scale;
       }
       for (int64_t x = 0; x < rn; ++x) {
-      const int64_t r = r0 + x;
-      const int64_t t = t0 + r / group;
-      const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);  // causal limit within the tile
-      if (valid <= 0) continue;
-      float* s = sc[x];
-      float mt = -std::numeric_limits<float>::infinity();
+        const int64_t r = r0 + x;
+        const int64_t t = t0 + r / group;
+        const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);  // causal limit within the tile
+        if (valid <= 0) continue;
+        float* s = sc[x];
+        float mt = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mt)
-      for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
-      const float m_old = w.m[static_cast<size_t>(r)];
-      const float m_new = std::max(m_old, mt);
-      const float alpha = fast_exp(m_old - m_new);  // rescales what was summed so far (0 at first)
-      float sum = 0;
+        for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
+        const float m_old = w.m[static_cast<size_t>(r)];
+        const float m_new = std::max(m_old, mt);
+        const float alpha =
+            fast_exp(m_old - m_new);  // rescales what was summed so far (0 at first)
+        float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < valid; ++j) {
-        s[j] = fast_exp(s[j] - m_new);
-        sum += s[j];
-      }
-      w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * alpha + sum;
-      w.m[static_cast<size_t>(r)] = m_new;
-      float* acc = w.acc.data() + r * HS;
+        for (int64_t j = 0; j < valid; ++j) {
+          s[j] = fast_exp(s[j] - m_new);
+          sum += s[j];
+        }
+        w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * alpha + sum;
+        w.m[static_cast<size_t>(r)] = m_new;
+        float* acc = w.acc.data() + r * HS;
 #pragma omp simd
-      for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
-      accumulate_pv(acc, s, vb + j0 * kv_stride, valid, kv_stride, HS);
+        for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
+        accumulate_pv(acc, s, vb + j0 * kv_stride, valid, kv_stride, HS);
       }
     }
   }
@@ -254,7 +257,8 @@ void attention_backward_naive(float* d_q, float* d_k, float* d_v, const float* d
                               const float* q, const float* k, const float* v, const float* out,
                               const float* lse, const AttentionDims& dims) {
   const AttentionDims d = resolve(dims, "attention_backward_naive");
-  TP_CHECK(lse != nullptr, "[attention_backward_naive] lse: got nullptr, expected the (B,NH,T) "
+  TP_CHECK(lse != nullptr,
+           "[attention_backward_naive] lse: got nullptr, expected the (B,NH,T) "
            "log-sum-exp saved by attention_forward");
   const int64_t B = d.B, T = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS, group = NH / NKV;
   const int64_t q_stride = NH * HS, kv_stride = NKV * HS;
@@ -314,8 +318,8 @@ namespace {
 
 // sc[x][j] = mult * sum_i a[x][i] * mt[i][j] for a block of kRowBlock rows and a key tile; mt is
 // (HS, kKeyBlock), a key (or value) tile transposed.
-inline void scores_block(float (*sc)[kKeyBlock], const float* const* a, float mult,
-                         const float* mt, int64_t HS) {
+inline void scores_block(float (*sc)[kKeyBlock], const float* const* a, float mult, const float* mt,
+                         int64_t HS) {
   for (int64_t x = 0; x < kRowBlock; ++x)
 #pragma omp simd
     for (int64_t j = 0; j < kKeyBlock; ++j) sc[x][j] = 0.0f;
@@ -330,8 +334,7 @@ inline void scores_block(float (*sc)[kKeyBlock], const float* const* a, float mu
 }
 
 // mt[i][j] += sum_x a[x][i] * w[x][j]: a gradient tile (HS, kKeyBlock) gathers kRowBlock rows.
-inline void outer_block(float* mt, const float* const* a, const float (*w)[kKeyBlock],
-                        int64_t HS) {
+inline void outer_block(float* mt, const float* const* a, const float (*w)[kKeyBlock], int64_t HS) {
   static_assert(kRowBlock == 4);
   for (int64_t i = 0; i < HS; ++i) {
     float* mti = mt + i * kKeyBlock;
@@ -357,8 +360,8 @@ struct BackwardScratch {
 // d_q of queries [t0, t1) of sequence b, all heads of kv group g.
 TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const float* q,
                                        const float* k, const float* v, const float* lse,
-                                       const float* D, const AttentionDims& d, int64_t b,
-                                       int64_t g, int64_t t0, int64_t t1, BackwardScratch& w) {
+                                       const float* D, const AttentionDims& d, int64_t b, int64_t g,
+                                       int64_t t0, int64_t t1, BackwardScratch& w) {
   const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
   const int64_t rows = (t1 - t0) * group;
@@ -400,11 +403,10 @@ TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const flo
 }
 
 // d_k and d_v of keys [j0, j0 + jn) of sequence b, kv head g: over the queries that see them.
-TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_out,
-                                        const float* q, const float* k, const float* v,
-                                        const float* lse, const float* D, const AttentionDims& d,
-                                        int64_t b, int64_t g, int64_t j0, int64_t jn,
-                                        BackwardScratch& w) {
+TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_out, const float* q,
+                                        const float* k, const float* v, const float* lse,
+                                        const float* D, const AttentionDims& d, int64_t b,
+                                        int64_t g, int64_t j0, int64_t jn, BackwardScratch& w) {
   const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
   const int64_t kv_off = b * d.T_kv * kv_stride + g * HS;
@@ -460,7 +462,8 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
                         const float* k, const float* v, const float* out, const float* lse,
                         const AttentionDims& dims) {
   const AttentionDims d = resolve(dims, "attention_backward");
-  TP_CHECK(lse != nullptr, "[attention_backward] lse: got nullptr, expected the (B,NH,T) "
+  TP_CHECK(lse != nullptr,
+           "[attention_backward] lse: got nullptr, expected the (B,NH,T) "
            "log-sum-exp saved by attention_forward");
   const int64_t B = d.B, T = d.T, NH = d.NH, NKV = d.NKV, HS = d.HS;
   const bool parallel = B * NH * T * (d.pos0 + T) * HS > kMinParallelWork;
@@ -470,7 +473,8 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
 #pragma omp parallel if (parallel)
   {
     BackwardScratch w;
-    for (auto* buf : {&w.kt, &w.vt, &w.dkt, &w.dvt}) buf->resize(static_cast<size_t>(HS * kKeyBlock));
+    for (auto* buf : {&w.kt, &w.vt, &w.dkt, &w.dvt})
+      buf->resize(static_cast<size_t>(HS * kKeyBlock));
     w.ds.resize(static_cast<size_t>(kKeyBlock));
     if (d_q) {
       // Later query blocks see more keys: the costliest first.

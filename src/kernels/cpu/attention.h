@@ -28,8 +28,8 @@ struct AttentionDims {
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const AttentionDims& d);
 // The reference: one query row at a time, full score row, then softmax. Same arguments.
-void attention_forward_naive(float* out, float* lse, const float* q, const float* k,
-                             const float* v, const AttentionDims& d);
+void attention_forward_naive(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const AttentionDims& d);
 // d_q (B,T,NH,HS), d_k, d_v (B,T_kv,NKV,HS) accumulate (+=); d_k/d_v rows are summed over the
 // query heads of their group and only rows [0, pos0+T) are touched. d_out, q, out (B,T,NH,HS);
 // k, v (B,T_kv,NKV,HS); lse (B,NH,T) from the forward. Probabilities are recomputed from lse

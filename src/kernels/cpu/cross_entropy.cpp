@@ -17,13 +17,13 @@ namespace {
 // more than it saves (decode steps, small test sizes).
 constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
-void check_sizes(const char* where, int64_t N, int64_t v_begin, int64_t V_local,
-                 int64_t V_global) {
+void check_sizes(const char* where, int64_t N, int64_t v_begin, int64_t V_local, int64_t V_global) {
   // V_local = 0 is allowed: a rank may own no vocab columns (it then contributes the identity
   // of each reduction: -inf to the max, 0 to the sums).
   TP_CHECK(N >= 0 && V_local >= 0 && V_global > 0 && v_begin >= 0 && v_begin + V_local <= V_global,
            "[", where, "] sizes: got N=", N, " v_begin=", v_begin, " V_local=", V_local,
-           " V_global=", V_global, ", expected N >= 0, V_global > 0, [v_begin, v_begin+V_local) "
+           " V_global=", V_global,
+           ", expected N >= 0, V_global > 0, [v_begin, v_begin+V_local) "
            "inside [0, V_global)");
 }
 
@@ -62,9 +62,9 @@ void cross_entropy_local_sum_exp(float* row_sum_exp, const float* logits_local,
 }
 
 void cross_entropy_local_target_logit(float* target_logit, float* logit_sum,
-                                      const float* logits_local, const int64_t* targets,
-                                      int64_t N, int64_t v_begin, int64_t V_local,
-                                      int64_t V_global, const CrossEntropyOptions& opt) {
+                                      const float* logits_local, const int64_t* targets, int64_t N,
+                                      int64_t v_begin, int64_t V_local, int64_t V_global,
+                                      const CrossEntropyOptions& opt) {
   check_sizes("cross_entropy_local_target_logit", N, v_begin, V_local, V_global);
   check_targets("cross_entropy_local_target_logit", targets, N, V_global, opt.ignore_index);
 #pragma omp parallel for schedule(static) if (N * V_local > kMinParallelWork)
@@ -96,12 +96,14 @@ float cross_entropy_loss_from_parts(float* losses, float* lse, const float* row_
   double total = 0;
   int64_t count = 0;
   for (int64_t n = 0; n < N; ++n) {  // serial: cheap, and a fixed summation order
-    const double l = static_cast<double>(row_max[n]) + std::log(static_cast<double>(row_sum_exp[n]));
+    const double l =
+        static_cast<double>(row_max[n]) + std::log(static_cast<double>(row_sum_exp[n]));
     lse[n] = static_cast<float>(l);
     double loss = 0;
     if (targets[n] != opt.ignore_index) {
       loss = (1 - eps) * (l - target_logit[n]);
-      if (eps > 0) loss += eps * (l - static_cast<double>(logit_sum[n]) / static_cast<double>(V_global));
+      if (eps > 0)
+        loss += eps * (l - static_cast<double>(logit_sum[n]) / static_cast<double>(V_global));
       total += loss;
       ++count;
     }
@@ -129,9 +131,8 @@ void cross_entropy_grad_local(float* d_logits_local, const float* logits_local, 
   }
 }
 
-float cross_entropy_forward(float* losses, float* lse, const float* logits,
-                            const int64_t* targets, int64_t N, int64_t V,
-                            const CrossEntropyOptions& opt) {
+float cross_entropy_forward(float* losses, float* lse, const float* logits, const int64_t* targets,
+                            int64_t N, int64_t V, const CrossEntropyOptions& opt) {
   check_sizes("cross_entropy_forward", N, 0, V, V);
   check_targets("cross_entropy_forward", targets, N, V, opt.ignore_index);
   std::vector<float> row_max(static_cast<size_t>(N)), row_sum(static_cast<size_t>(N)),
@@ -140,12 +141,11 @@ float cross_entropy_forward(float* losses, float* lse, const float* logits,
   cross_entropy_local_max(row_max.data(), logits, N, V);
   cross_entropy_local_sum_exp(row_sum.data(), logits, row_max.data(), N, V);
   cross_entropy_local_target_logit(target_logit.data(),
-                                   logit_sum.empty() ? nullptr : logit_sum.data(), logits,
-                                   targets, N, 0, V, V, opt);
-  return cross_entropy_loss_from_parts(losses, lse, row_max.data(), row_sum.data(),
-                                       target_logit.data(),
-                                       logit_sum.empty() ? nullptr : logit_sum.data(), targets, N,
-                                       V, opt);
+                                   logit_sum.empty() ? nullptr : logit_sum.data(), logits, targets,
+                                   N, 0, V, V, opt);
+  return cross_entropy_loss_from_parts(
+      losses, lse, row_max.data(), row_sum.data(), target_logit.data(),
+      logit_sum.empty() ? nullptr : logit_sum.data(), targets, N, V, opt);
 }
 
 void cross_entropy_backward(float* d_logits, float d_loss, const float* logits, const float* lse,
@@ -153,8 +153,8 @@ void cross_entropy_backward(float* d_logits, float d_loss, const float* logits, 
                             const CrossEntropyOptions& opt) {
   const int64_t count = cross_entropy_count(targets, N, opt.ignore_index);
   if (count == 0) return;
-  cross_entropy_grad_local(d_logits, logits, lse, targets, d_loss / static_cast<float>(count), N,
-                           0, V, V, opt);
+  cross_entropy_grad_local(d_logits, logits, lse, targets, d_loss / static_cast<float>(count), N, 0,
+                           V, V, opt);
 }
 
 }  // namespace tensorpar

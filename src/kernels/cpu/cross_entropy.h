@@ -22,9 +22,8 @@ int64_t cross_entropy_count(const int64_t* targets, int64_t N, int64_t ignore_in
 // losses (N) per row (0 for ignored rows; may be nullptr); lse (N) the row log-sum-exp saved
 // for backward; logits (N,V); targets (N), each in [0,V) or ignore_index (else throws).
 // Returns the mean loss over non-ignored rows (0 when every row is ignored).
-float cross_entropy_forward(float* losses, float* lse, const float* logits,
-                            const int64_t* targets, int64_t N, int64_t V,
-                            const CrossEntropyOptions& opt = {});
+float cross_entropy_forward(float* losses, float* lse, const float* logits, const int64_t* targets,
+                            int64_t N, int64_t V, const CrossEntropyOptions& opt = {});
 // d_logits (N,V) += (softmax - smoothed onehot) * d_loss / count for non-ignored rows; lse (N)
 // from the forward.
 void cross_entropy_backward(float* d_logits, float d_loss, const float* logits, const float* lse,
@@ -34,8 +33,7 @@ void cross_entropy_backward(float* d_logits, float d_loss, const float* logits, 
 // ---- Pieces. logits_local (N,V_local) holds the global vocab columns [v_begin, v_begin+V_local).
 
 // row_max (N) = max over the local columns of each row.
-void cross_entropy_local_max(float* row_max, const float* logits_local, int64_t N,
-                             int64_t V_local);
+void cross_entropy_local_max(float* row_max, const float* logits_local, int64_t N, int64_t V_local);
 // row_sum_exp (N) = sum over the local columns of exp(x - row_max), row_max the GLOBAL max.
 void cross_entropy_local_sum_exp(float* row_sum_exp, const float* logits_local,
                                  const float* row_max, int64_t N, int64_t V_local);
@@ -43,9 +41,9 @@ void cross_entropy_local_sum_exp(float* row_sum_exp, const float* logits_local,
 // shards gives the target logit); logit_sum (N) (nullptr unless label smoothing is used) = sum of
 // the local logits. Targets outside [0, V_global) other than ignore_index throw.
 void cross_entropy_local_target_logit(float* target_logit, float* logit_sum,
-                                      const float* logits_local, const int64_t* targets,
-                                      int64_t N, int64_t v_begin, int64_t V_local,
-                                      int64_t V_global, const CrossEntropyOptions& opt);
+                                      const float* logits_local, const int64_t* targets, int64_t N,
+                                      int64_t v_begin, int64_t V_local, int64_t V_global,
+                                      const CrossEntropyOptions& opt);
 // From the global (all-reduced) pieces: losses (N) (may be nullptr), lse (N) = max + log(sum);
 // logit_sum may be nullptr when label_smoothing == 0. Returns the mean loss over non-ignored rows.
 float cross_entropy_loss_from_parts(float* losses, float* lse, const float* row_max,

@@ -29,8 +29,8 @@ void check_ids_nonnegative(const char* where, const int64_t* ids, int64_t N) {
 
 }  // namespace
 
-void embedding_forward_masked(float* out, const int64_t* ids, const float* table_local,
-                              int64_t N, int64_t v_begin, int64_t v_end, int64_t C) {
+void embedding_forward_masked(float* out, const int64_t* ids, const float* table_local, int64_t N,
+                              int64_t v_begin, int64_t v_end, int64_t C) {
   check_sizes("embedding_forward_masked", N, v_begin, v_end, C);
   check_ids_nonnegative("embedding_forward_masked", ids, N);
 #pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)

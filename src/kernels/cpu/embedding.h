@@ -18,8 +18,8 @@ void embedding_backward(float* d_table, const float* d_out, const int64_t* ids, 
 // Masked lookup for a vocab shard: table_local (v_end - v_begin, C) holds global rows
 // [v_begin, v_end). out (N,C) row n = table_local[ids[n] - v_begin] if the id is in range,
 // else zeros. Negative ids throw.
-void embedding_forward_masked(float* out, const int64_t* ids, const float* table_local,
-                              int64_t N, int64_t v_begin, int64_t v_end, int64_t C);
+void embedding_forward_masked(float* out, const int64_t* ids, const float* table_local, int64_t N,
+                              int64_t v_begin, int64_t v_end, int64_t C);
 // d_table_local (v_end - v_begin, C) += d_out rows whose ids fall in [v_begin, v_end); the
 // other rows are ignored.
 void embedding_backward_masked(float* d_table_local, const float* d_out, const int64_t* ids,

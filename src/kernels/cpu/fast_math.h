@@ -41,18 +41,25 @@ inline float fast_exp(float x) {
   // 2^k as two factors 2^(k/2) 2^(k - k/2): k spans [-127, 128], beyond one exponent field.
   const int32_t ki = std::bit_cast<int32_t>(kb) - std::bit_cast<int32_t>(kRound);
   const int32_t ka = ki >> 1, kb2 = ki - ka;
-  const float sa = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ka + 127) << 23));
-  const float sb = std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(kb2 + 127) << 23));
+  const float sa =
+      std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(ka + 127) << 23));
+  const float sb =
+      std::bit_cast<float>(static_cast<int32_t>(static_cast<uint32_t>(kb2 + 127) << 23));
   const float y = p * sa * sb;
   // Outside the clamp: exact limits; NaN fails both comparisons and is passed on.
-  return x < -87.5f ? 0.0f : (x > 88.75f ? std::numeric_limits<float>::infinity() : (x == x ? y : x));
+  return x < -87.5f ? 0.0f
+                    : (x > 88.75f ? std::numeric_limits<float>::infinity() : (x == x ? y : x));
 }
 
 // 1 / (1 + exp(-x)).
-inline float fast_sigmoid(float x) { return 1.0f / (1.0f + fast_exp(-x)); }
+inline float fast_sigmoid(float x) {
+  return 1.0f / (1.0f + fast_exp(-x));
+}
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1): exact limits at +-inf; absolute error ~1e-7.
-inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
+inline float fast_tanh(float x) {
+  return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
+}
 
 // ---- Row primitives built on fast_exp, compiled per ISA (fast_math.cpp). Sums of exp are
 // accumulated in float within blocks of 1024 and in double across blocks (rows may be a whole

@@ -16,8 +16,8 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int64_t N, int64_t C, float eps) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, float eps) {
   TP_CHECK(N >= 0 && C > 0, "[layernorm_forward] sizes: got N=", N, " C=", C,
            ", expected N >= 0 and C > 0");
   TP_CHECK(eps >= 0, "[layernorm_forward] eps: got ", eps, ", expected >= 0");
@@ -45,8 +45,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 }
 
 void layernorm_backward(float* d_inp, float* d_weight, float* d_bias, const float* d_out,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int64_t N, int64_t C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int64_t N, int64_t C) {
   TP_CHECK(N >= 0 && C > 0, "[layernorm_backward] sizes: got N=", N, " C=", C,
            ", expected N >= 0 and C > 0");
   const float inv_c = 1.0f / static_cast<float>(C);

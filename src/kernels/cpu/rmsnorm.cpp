@@ -25,7 +25,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;  // (C)
     float* o = out + n * C;        // (C)
-    double ss = 0;  // double: long rows would lose digits in a float sum
+    double ss = 0;                 // double: long rows would lose digits in a float sum
 #pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c] * x[c]);
     const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));

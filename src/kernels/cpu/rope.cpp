@@ -41,9 +41,8 @@ RopeTable RopeTable::make(int64_t head_size, double theta, RopeLayout layout,
     const double factor = scaling.factor, lo = scaling.low_freq_factor,
                  hi = scaling.high_freq_factor, ctx = scaling.original_max_position_embeddings;
     TP_CHECK(factor > 0 && lo > 0 && hi > lo && ctx > 0,
-             "[RopeTable::make] llama3 rope_scaling: got factor=", factor,
-             " low_freq_factor=", lo, " high_freq_factor=", hi,
-             " original_max_position_embeddings=", ctx,
+             "[RopeTable::make] llama3 rope_scaling: got factor=", factor, " low_freq_factor=", lo,
+             " high_freq_factor=", hi, " original_max_position_embeddings=", ctx,
              ", expected all > 0 and high_freq_factor > low_freq_factor");
     const double low_freq_wavelen = ctx / lo, high_freq_wavelen = ctx / hi;
     for (double& f : t.inv_freq) {
@@ -67,8 +66,8 @@ template <bool kAccumulate>
 void rope_rotate(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
                  int64_t T, int64_t NH, double sign, const char* where) {
   const int64_t HS = table.head_size, rot = table.rotary_dim, half = rot / 2;
-  TP_CHECK(T >= 0 && NH > 0 && HS > 0 && static_cast<int64_t>(table.inv_freq.size()) == half,
-           "[", where, "] sizes: got T=", T, " NH=", NH, " HS=", HS,
+  TP_CHECK(T >= 0 && NH > 0 && HS > 0 && static_cast<int64_t>(table.inv_freq.size()) == half, "[",
+           where, "] sizes: got T=", T, " NH=", NH, " HS=", HS,
            ", expected T >= 0, NH > 0 and a table from RopeTable::make");
 #pragma omp parallel if (T * NH * HS > kMinParallelWork)
   {

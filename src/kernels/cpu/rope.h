@@ -28,7 +28,7 @@ struct RopeTable {
   int64_t head_size = 0;   // HS
   int64_t rotary_dim = 0;  // even, <= HS; dims [rotary_dim, HS) pass through unchanged
   RopeLayout layout = RopeLayout::kHalfSplit;
-  double position_scale = 1.0;  // positions are multiplied by this (1/factor for linear)
+  double position_scale = 1.0;   // positions are multiplied by this (1/factor for linear)
   std::vector<double> inv_freq;  // (rotary_dim/2): theta^(-2i/rotary_dim), after scaling
 
   // rotary_dim = 0 means the whole head.
