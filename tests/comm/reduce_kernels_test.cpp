@@ -27,7 +27,7 @@ TEST(ReduceKernels, MatchNaiveReferenceBitwise) {
           void* naive_dst[] = {naive.data()};
           // A sub-range [begin, end) too, as the direct path reduces one slice.
           const int64_t begin = count > 3 ? 3 : 0;
-          threads::reduce_range(t, op, sp.data(), n_src, fast_dsts, 2, begin, count);
+          threads::reduce_range(t, op, sp.data(), n_src, fast_dsts, 2, begin, count, /*stream=*/count % 2 == 1);
           threads::reduce_range_naive(t, op, sp.data(), n_src, naive_dst, 1, begin, count);
           ASSERT_TRUE(fast_a == naive && fast_b == naive)
               << dtype_name(t) << " " << reduce_op_name(op) << " count " << count << " n_src " << n_src;

@@ -2,6 +2,7 @@
 // naive one-element-at-a-time reference.
 #include "comm/threads/reduce_kernels.h"
 
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
@@ -19,6 +20,11 @@ struct CvtF16 {
   }
 };
 
+struct Store {
+  static void copy(void* dst, const void* src, size_t bytes, bool) { std::memcpy(dst, src, bytes); }
+  static void fence() {}
+};
+
 }  // namespace
 }  // namespace tensorpar::threads
 
@@ -28,8 +34,8 @@ namespace tensorpar::threads {
 
 namespace detail {
 void reduce_range_portable(DType dtype, ReduceOp op, const void* const* srcs, int n_src,
-                           void* const* dsts, int n_dst, int64_t begin, int64_t end) {
-  reduce_dispatch(dtype, op, srcs, n_src, dsts, n_dst, begin, end);
+                           void* const* dsts, int n_dst, int64_t begin, int64_t end, bool stream) {
+  reduce_dispatch(dtype, op, srcs, n_src, dsts, n_dst, begin, end, stream);
 }
 }  // namespace detail
 
@@ -50,13 +56,13 @@ static void check_reducible(DType dtype) {
 }
 
 void reduce_range(DType dtype, ReduceOp op, const void* const* srcs, int n_src, void* const* dsts,
-                  int n_dst, int64_t begin, int64_t end) {
+                  int n_dst, int64_t begin, int64_t end, bool stream) {
   check_reducible(dtype);
   if (end <= begin) return;
   if (cpu_has_avx512()) {
-    detail::reduce_range_avx512(dtype, op, srcs, n_src, dsts, n_dst, begin, end);
+    detail::reduce_range_avx512(dtype, op, srcs, n_src, dsts, n_dst, begin, end, stream);
   } else {
-    detail::reduce_range_portable(dtype, op, srcs, n_src, dsts, n_dst, begin, end);
+    detail::reduce_range_portable(dtype, op, srcs, n_src, dsts, n_dst, begin, end, stream);
   }
 }
 

@@ -2,6 +2,7 @@
 // reduce_range): the chunk loops auto-vectorise; f16 converts with vcvtph2ps / vcvtps2ph.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -41,6 +42,25 @@ struct CvtF16 {
   }
 };
 
+struct Store {
+  // Streams whole aligned lines past the caches (no read-for-ownership of the destination).
+  static void copy(void* dst, const void* src, size_t bytes, bool stream) {
+    if (!stream) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    const size_t head = std::min(bytes, size_t((64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63));
+    std::memcpy(d, s, head);
+    size_t i = head;
+    for (; i + 64 <= bytes; i += 64)
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), _mm512_loadu_si512(s + i));
+    std::memcpy(d + i, s + i, bytes - i);
+  }
+  static void fence() { _mm_sfence(); }
+};
+
 }  // namespace
 }  // namespace tensorpar::threads
 
@@ -49,8 +69,8 @@ struct CvtF16 {
 namespace tensorpar::threads::detail {
 
 void reduce_range_avx512(DType dtype, ReduceOp op, const void* const* srcs, int n_src,
-                         void* const* dsts, int n_dst, int64_t begin, int64_t end) {
-  reduce_dispatch(dtype, op, srcs, n_src, dsts, n_dst, begin, end);
+                         void* const* dsts, int n_dst, int64_t begin, int64_t end, bool stream) {
+  reduce_dispatch(dtype, op, srcs, n_src, dsts, n_dst, begin, end, stream);
 }
 
 }  // namespace tensorpar::threads::detail

@@ -1,6 +1,7 @@
 // Chunked reduction templates shared by the portable and the AVX-512 translation units. Everything
 // here has internal linkage (unnamed namespace) so the two ISA variants never merge at link time;
-// each includer provides the 16-bit <-> f32 chunk converters (CvtF16) before including this.
+// each includer provides the f16 <-> f32 chunk converters (CvtF16) and the output copy (Store:
+// plain, or non-temporal for messages far larger than the caches) before including this.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ void combine2(T* __restrict acc, const T* __restrict x, const T* __restrict y, i
 // f32, i32, i64: accumulate in the storage type.
 template <class T, class Op>
 void reduce_plain(const void* const* srcs, int n_src, void* const* dsts, int n_dst, int64_t begin,
-                  int64_t end) {
+                  int64_t end, bool stream) {
   alignas(64) T acc[kChunk];
   for (int64_t off = begin; off < end; off += kChunk) {
     const int64_t m = min_i64(kChunk, end - off);
@@ -60,8 +61,7 @@ void reduce_plain(const void* const* srcs, int n_src, void* const* dsts, int n_d
       std::memcpy(acc, s0, size_t(m) * sizeof(T));
     }
     for (int k = 2; k < n_src; ++k) combine<T, Op>(acc, static_cast<const T*>(srcs[k]) + off, m);
-    for (int d = 0; d < n_dst; ++d)
-      std::memcpy(static_cast<T*>(dsts[d]) + off, acc, size_t(m) * sizeof(T));
+    for (int d = 0; d < n_dst; ++d) Store::copy(static_cast<T*>(dsts[d]) + off, acc, size_t(m) * sizeof(T), stream);
   }
 }
 
@@ -87,7 +87,7 @@ struct CvtBF16 {
 // bf16/f16: accumulate in f32, round once into a 16-bit chunk, then copy it to every output.
 template <class Cvt, class Op>
 void reduce_half(const void* const* srcs, int n_src, void* const* dsts, int n_dst, int64_t begin,
-                 int64_t end) {
+                 int64_t end, bool stream) {
   alignas(64) float acc[kChunk];
   alignas(64) float x[kChunk];
   alignas(64) uint16_t out[kChunk];
@@ -99,31 +99,31 @@ void reduce_half(const void* const* srcs, int n_src, void* const* dsts, int n_ds
       combine<float, Op>(acc, x, m);
     }
     Cvt::from_f32(out, acc, m);
-    for (int d = 0; d < n_dst; ++d)
-      std::memcpy(static_cast<uint16_t*>(dsts[d]) + off, out, size_t(m) * 2);
+    for (int d = 0; d < n_dst; ++d) Store::copy(static_cast<uint16_t*>(dsts[d]) + off, out, size_t(m) * 2, stream);
   }
 }
 
 template <class Op>
 void reduce_typed(DType dtype, const void* const* srcs, int n_src, void* const* dsts, int n_dst,
-                  int64_t begin, int64_t end) {
+                  int64_t begin, int64_t end, bool stream) {
   switch (dtype) {
-    case DType::kF32: return reduce_plain<float, Op>(srcs, n_src, dsts, n_dst, begin, end);
-    case DType::kI32: return reduce_plain<int32_t, Op>(srcs, n_src, dsts, n_dst, begin, end);
-    case DType::kI64: return reduce_plain<int64_t, Op>(srcs, n_src, dsts, n_dst, begin, end);
-    case DType::kBF16: return reduce_half<CvtBF16, Op>(srcs, n_src, dsts, n_dst, begin, end);
-    case DType::kF16: return reduce_half<CvtF16, Op>(srcs, n_src, dsts, n_dst, begin, end);
+    case DType::kF32: return reduce_plain<float, Op>(srcs, n_src, dsts, n_dst, begin, end, stream);
+    case DType::kI32: return reduce_plain<int32_t, Op>(srcs, n_src, dsts, n_dst, begin, end, stream);
+    case DType::kI64: return reduce_plain<int64_t, Op>(srcs, n_src, dsts, n_dst, begin, end, stream);
+    case DType::kBF16: return reduce_half<CvtBF16, Op>(srcs, n_src, dsts, n_dst, begin, end, stream);
+    case DType::kF16: return reduce_half<CvtF16, Op>(srcs, n_src, dsts, n_dst, begin, end, stream);
     default: break;
   }
 }
 
 void reduce_dispatch(DType dtype, ReduceOp op, const void* const* srcs, int n_src,
-                     void* const* dsts, int n_dst, int64_t begin, int64_t end) {
+                     void* const* dsts, int n_dst, int64_t begin, int64_t end, bool stream) {
   switch (op) {
-    case ReduceOp::kSum: return reduce_typed<SumOp>(dtype, srcs, n_src, dsts, n_dst, begin, end);
-    case ReduceOp::kMax: return reduce_typed<MaxOp>(dtype, srcs, n_src, dsts, n_dst, begin, end);
-    case ReduceOp::kMin: return reduce_typed<MinOp>(dtype, srcs, n_src, dsts, n_dst, begin, end);
+    case ReduceOp::kSum: reduce_typed<SumOp>(dtype, srcs, n_src, dsts, n_dst, begin, end, stream); break;
+    case ReduceOp::kMax: reduce_typed<MaxOp>(dtype, srcs, n_src, dsts, n_dst, begin, end, stream); break;
+    case ReduceOp::kMin: reduce_typed<MinOp>(dtype, srcs, n_src, dsts, n_dst, begin, end, stream); break;
   }
+  if (stream) Store::fence();  // non-temporal stores are weakly ordered: publish them first
 }
 
 }  // namespace

@@ -55,6 +55,13 @@ void copy_if_distinct(void* dst, const void* src, int64_t bytes) {
   if (dst != src && bytes > 0) std::memmove(dst, src, size_t(bytes));
 }
 
+// The peers' staged lines sit dirty in their caches; asking for all of them at once overlaps
+// the cross-core transfers instead of paying their latency one by one.
+void prefetch_lines(const void* p, int64_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 3);
+}
+
 // Spinning only pays when every rank has a core of its own.
 int spin_iters_for(int n_world) {
   return n_world <= int(available_cpus().size()) ? 4000 : 64;
@@ -162,12 +169,14 @@ void ThreadsCommunicator::all_reduce(const void* in, void* out, int64_t count, D
   }
   OpDesc& d = begin(CommOp::kAllReduce, dtype, count, op, -1);
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  if (bytes <= GroupState::kStagingBytes) {
+  if (bytes <= GroupState::kOneShotBytes) {
     // One-shot: every rank reduces everything itself, from the peers' staged copies.
     std::memcpy(group_->staging(rank_, parity_), in, size_t(bytes));
     sync();
     check_descs();
     for (int r = 0; r < n; ++r) srcs[size_t(r)] = r == rank_ ? in : group_->staging(r, parity_);
+    for (int r = 0; r < n; ++r)
+      if (r != rank_) prefetch_lines(srcs[size_t(r)], bytes);
     reduce_range(dtype, op, srcs.data(), n, &out, 1, 0, count);
     return;
   }
@@ -181,7 +190,10 @@ void ThreadsCommunicator::all_reduce(const void* in, void* out, int64_t count, D
     dsts[size_t(r)] = peer_desc((rank_ + r) % n).out;  // own output first, then the next ranks'
   }
   const auto [b, e] = slice_of(count, elem, rank_, n);
-  reduce_range(dtype, op, srcs.data(), n, dsts.data(), n, b, e);
+  // Non-temporal output stores pay only out of place: in place, the reduce just read those lines.
+  bool stream = bytes >= GroupState::kStreamBytes;
+  for (int r = 0; r < n; ++r) stream = stream && peer_desc(r).in != peer_desc(r).out;
+  reduce_range(dtype, op, srcs.data(), n, dsts.data(), n, b, e, stream);
   sync(/*drain=*/true);
 }
 
