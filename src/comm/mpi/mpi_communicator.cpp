@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -50,8 +51,10 @@ bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
 
 }  // namespace
 
-bool MpiCommunicator::poll(MPI_Request& req, MPI_Status* status, double timeout_s, int* rc) {
+bool MpiCommunicator::poll(MPI_Request& req, MPI_Status* status, double timeout_s, int* rc,
+                           double spin_s) {
   const auto start = Clock::now();
+  const auto spin = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spin_s));
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
   for (int64_t it = 0;; ++it) {
@@ -64,7 +67,7 @@ bool MpiCommunicator::poll(MPI_Request& req, MPI_Status* status, double timeout_
     const auto waited = now - start;
     if (waited > std::chrono::milliseconds(20)) {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
-    } else if (waited > std::chrono::microseconds(50)) {
+    } else if (waited > spin) {
       std::this_thread::yield();  // a peer may need this core (oversubscribed ranks)
     }
   }
@@ -78,6 +81,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOpti
   TP_CHECK(options_.timeout_s > 0, "[MpiCommunicator] timeout: got ", options_.timeout_s,
            " s, expected > 0");
   MpiRuntime::get().note_timeout(options_.timeout_s);
+  // Spin long only when every rank of this node has a core of its own.
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const long local_ranks = local ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
+  if (local_ranks <= long(std::thread::hardware_concurrency())) spin_s_ = 2e-3;
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -109,7 +116,7 @@ void MpiCommunicator::check(int rc, const char* op) {
 
 void MpiCommunicator::wait_op(MPI_Request& req, const char* op, MPI_Status* status) {
   int rc = MPI_SUCCESS;
-  if (!poll(req, status, options_.timeout_s, &rc)) {
+  if (!poll(req, status, options_.timeout_s, &rc, spin_s_)) {
     fail(detail::concat("[mpi ", op, "] timed out after ", options_.timeout_s, " s (", where(op),
                         "): a peer rank died, stalled, or called a different collective; "
                         "set TENSORPAR_COMM_DEBUG=1 to compare calls. The MPI job cannot recover "

@@ -38,8 +38,11 @@ class MpiCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   // Polls req with MPI_Test until complete (true) or until timeout_s passed (false); MPI errors
-  // come back in *rc. Spins briefly, then yields, then naps, so oversubscribed ranks progress.
-  static bool poll(MPI_Request& req, MPI_Status* status, double timeout_s, int* rc);
+  // come back in *rc. Spins for spin_s (OpenMPI's nonblocking collectives only progress inside
+  // MPI_Test, so a yield costs a whole time slice when the cores are busy), then yields, then
+  // naps, so oversubscribed ranks still progress.
+  static bool poll(MPI_Request& req, MPI_Status* status, double timeout_s, int* rc,
+                   double spin_s = 50e-6);
 
  private:
   // Starts a collective: refuses on a broken group, counts it, and in debug mode compares its
@@ -60,6 +63,7 @@ class MpiCommunicator final : public Communicator {
   int size_ = 1;
   std::string name_;
   CommOptions options_;
+  double spin_s_ = 50e-6;  // pure spinning before yielding (see poll)
   uint64_t seq_ = 0;     // collectives started on this communicator
   bool broken_ = false;  // an op failed: the group's state is unknown, every later op throws
   std::vector<float> scratch_;       // f32 widening of 16-bit inputs
