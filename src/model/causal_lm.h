@@ -34,6 +34,10 @@ struct ParamShard {
   Shape global_shape;       // the full tensor's shape
   int shard_dim = -1;       // -1: Replicated (every TP rank holds all of it)
   Range range;              // [begin, end) along shard_dim held here
+  // TP ranks holding this same shard: tp.size() for Replicated; > 1 also for k/v projections
+  // when tp > n_kv_heads (kv heads replicated). Their gradients are already identical on
+  // every holder; a global norm counts such a shard once (weight 1 / copies per rank).
+  int copies = 1;
 };
 
 class CausalLM {

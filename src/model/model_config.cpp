@@ -41,9 +41,9 @@ void read_rope_scaling(const json& s, RopeConfig& rope, const std::string& where
   if (type == "default") return;
   rope.factor = num_or(s, "factor", 1.0);
   if (type == "linear") {
-    rope.scaling = RopeScaling::kLinear;
+    rope.scaling = RopeScalingType::kLinear;
   } else if (type == "llama3") {
-    rope.scaling = RopeScaling::kLlama3;
+    rope.scaling = RopeScalingType::kLlama3;
     rope.low_freq_factor = num_or(s, "low_freq_factor", 1.0);
     rope.high_freq_factor = num_or(s, "high_freq_factor", 4.0);
     rope.original_max_position = int_or(s, "original_max_position_embeddings", 8192);

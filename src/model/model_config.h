@@ -5,19 +5,21 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "kernels/cpu/rope.h"  // RopeLayout, RopeScalingType (shared with the kernel)
 
 namespace tensorpar {
 
 enum class ArchFamily : uint8_t { kLlama, kGpt2 };  // kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2
-enum class RopeLayout : uint8_t { kHalfSplit, kInterleaved };  // HF (i, i+HS/2) vs GGML (2i, 2i+1)
-enum class RopeScaling : uint8_t { kNone, kLinear, kLlama3 };
+class GgufMetadata;
 
 struct RopeConfig {
   double theta = 10000.0;
-  RopeLayout layout = RopeLayout::kHalfSplit;
-  RopeScaling scaling = RopeScaling::kNone;
+  RopeLayout layout = RopeLayout::kHalfSplit;  // HF (i, i+HS/2); GGUF llama files: interleaved
+  RopeScalingType scaling = RopeScalingType::kNone;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
@@ -45,6 +47,11 @@ struct ModelConfig {
   // rope_theta + rope_scaling and the newer rope_parameters forms.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& where);
   static ModelConfig from_hf_file(const std::string& path);
+  // From GGUF metadata (general.architecture "llama", "qwen2" or "gpt2" and its <arch>.* keys);
+  // llama-arch files get interleaved RoPE (their Q/K rows are permuted by the converter).
+  // `tensor_names` lets it detect tied embeddings (no output.weight) and qkv biases.
+  static ModelConfig from_gguf(const GgufMetadata& meta, const std::vector<std::string>& tensor_names,
+                               const std::string& where);
   // Throws naming `where` if sizes are inconsistent (e.g. NH not a multiple of NKV).
   void validate(const std::string& where) const;
   std::string summary() const;  // one line, for inspect and logs

@@ -1,0 +1,63 @@
+// ModelConfig from GGUF metadata (llama.cpp's llama-arch keys "<arch>.embedding_length" etc.).
+// Llama-arch files hold Q/K rows permuted by llama.cpp's converter, so they get interleaved RoPE
+// (pairs (2i, 2i+1)) instead of un-permuting rows at load; qwen2 files are not permuted.
+#include <algorithm>
+
+#include "core/error.h"
+#include "io/gguf_metadata.h"
+#include "model/model_config.h"
+
+namespace tensorpar {
+
+ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<std::string>& tensor_names,
+                                   const std::string& where) {
+  const std::string arch = meta.get_string("general.architecture");
+  TP_CHECK(arch == "llama" || arch == "qwen2" || arch == "mistral", "[ModelConfig::from_gguf] ", where,
+           ": unsupported general.architecture '", arch, "' (supported: llama, qwen2, mistral)");
+  auto has_tensor = [&](const std::string& n) {
+    return std::find(tensor_names.begin(), tensor_names.end(), n) != tensor_names.end();
+  };
+  auto key = [&](const char* k) { return arch + "." + k; };
+  ModelConfig c;
+  c.model_type = arch;
+  c.family = ArchFamily::kLlama;
+  c.hidden = meta.get_i64(key("embedding_length"));
+  c.n_layers = meta.get_i64(key("block_count"));
+  c.ffn = meta.get_i64(key("feed_forward_length"));
+  c.n_heads = meta.get_i64(key("attention.head_count"));
+  c.n_kv_heads = meta.has(key("attention.head_count_kv")) ? meta.get_i64(key("attention.head_count_kv")) : c.n_heads;
+  c.head_dim = meta.has(key("attention.key_length")) ? meta.get_i64(key("attention.key_length"))
+                                                      : (c.n_heads ? c.hidden / c.n_heads : 0);
+  c.max_position = meta.has(key("context_length")) ? meta.get_i64(key("context_length")) : 2048;
+  c.norm_eps = meta.has(key("attention.layer_norm_rms_epsilon")) ? meta.get_f64(key("attention.layer_norm_rms_epsilon"))
+                                                                  : 1e-5;
+  if (meta.has(key("vocab_size"))) {
+    c.vocab_size = meta.get_i64(key("vocab_size"));
+  } else {
+    TP_CHECK(meta.has("tokenizer.ggml.tokens"), "[ModelConfig::from_gguf] ", where, ": no ", key("vocab_size"),
+             " and no tokenizer.ggml.tokens to count the vocabulary");
+    c.vocab_size = int64_t(meta.get_string_array("tokenizer.ggml.tokens").size());
+  }
+  c.tie_embeddings = !has_tensor("output.weight");
+  c.qkv_bias = has_tensor("blk.0.attn_q.bias");
+  c.rope.theta = meta.has(key("rope.freq_base")) ? meta.get_f64(key("rope.freq_base")) : 10000.0;
+  c.rope.layout = arch == "qwen2" ? RopeLayout::kHalfSplit : RopeLayout::kInterleaved;
+  const std::string scaling = meta.get_string_or(key("rope.scaling.type"), "none");
+  if (scaling == "linear") {
+    c.rope.scaling = RopeScalingType::kLinear;
+    c.rope.factor = meta.get_f64(key("rope.scaling.factor"));
+  } else {
+    TP_CHECK(scaling == "none", "[ModelConfig::from_gguf] ", where, ": unsupported ", key("rope.scaling.type"),
+             " '", scaling, "' (supported: none, linear)");
+  }
+  if (meta.has(key("rope.dimension_count")))
+    TP_CHECK(meta.get_i64(key("rope.dimension_count")) == c.head_dim, "[ModelConfig::from_gguf] ", where,
+             ": partial rotary (", key("rope.dimension_count"), " ", meta.get_i64(key("rope.dimension_count")),
+             " < head size ", c.head_dim, ") is not supported");
+  c.bos_id = meta.has("tokenizer.ggml.bos_token_id") ? meta.get_i64("tokenizer.ggml.bos_token_id") : -1;
+  c.eos_id = meta.has("tokenizer.ggml.eos_token_id") ? meta.get_i64("tokenizer.ggml.eos_token_id") : -1;
+  c.validate(where);
+  return c;
+}
+
+}  // namespace tensorpar

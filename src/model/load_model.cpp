@@ -1,0 +1,57 @@
+// load_model / init_model (see load_model.h).
+#include "model/load_model.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "model/transformer.h"
+
+namespace tensorpar {
+
+namespace {
+
+bool is_gguf(const std::string& path) { return !std::filesystem::is_directory(path); }
+
+std::shared_ptr<TensorStore> open_store(const std::string& path, ModelConfig* config) {
+  TP_CHECK(std::filesystem::exists(path), "[load_model] ", path, ": no such file or directory");
+  if (is_gguf(path)) {
+    auto g = GgufFile::open(path);
+    if (config) {
+      std::vector<std::string> names;
+      for (const TensorInfo& t : g->tensors()) names.push_back(t.name);
+      *config = ModelConfig::from_gguf(g->metadata(), names, path);
+    }
+    return g;
+  }
+  if (config) *config = ModelConfig::from_hf_file((std::filesystem::path(path) / "config.json").string());
+  return open_tensor_store(path);
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const std::string& path) {
+  TP_CHECK(std::filesystem::exists(path), "[read_model_config] ", path, ": no such file or directory");
+  if (is_gguf(path)) {
+    ModelConfig c;
+    open_store(path, &c);
+    return c;
+  }
+  return ModelConfig::from_hf_file((std::filesystem::path(path) / "config.json").string());
+}
+
+std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt) {
+  ModelConfig config;
+  auto store = open_store(path, &config);
+  auto model = std::make_unique<Transformer>(config, tp);
+  model->load_weights(WeightSource(std::move(store), path, opt));
+  return model;
+}
+
+std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed) {
+  auto model = std::make_unique<Transformer>(config, tp);
+  model->init_weights(seed);
+  return model;
+}
+
+}  // namespace tensorpar

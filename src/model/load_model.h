@@ -1,0 +1,27 @@
+// Entry points that build a rank's model: from a checkpoint (HF directory or GGUF file, each
+// rank reading only its slices) or freshly initialised for training (the same at every TP size).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "model/causal_lm.h"
+#include "model/model_config.h"
+#include "model/weight_source.h"
+
+namespace tensorpar {
+
+// The config of an HF directory (its config.json) or a GGUF file (its metadata).
+ModelConfig read_model_config(const std::string& path);
+
+// path: an HF directory (config.json + model.safetensors or a sharded index) or a .gguf file.
+// Collective over tp only in that every rank must call it (the kv-group split). Throws Error
+// naming the file and tensor on a missing tensor or a shape that does not match the config.
+std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt = {});
+
+// A model with fresh weights (Transformer::init_weights) for training from scratch.
+std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed);
+
+}  // namespace tensorpar

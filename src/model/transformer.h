@@ -1,0 +1,114 @@
+// Transformer: the decoder-only model of every supported architecture as one rank's shard
+// (implements CausalLM). Pre-norm blocks: x += attn(norm1(x)); x += mlp(norm2(x)); final norm;
+// LM head column-parallel over the vocab (tied: the embedding's own vocab shard), logits left
+// Sharded. Norms are Replicated. The per-architecture parts (tensor names, layouts, init) live
+// in arch_llama.cpp and arch_gpt2.cpp; training in transformer_train.cpp.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rope.h"
+#include "model/causal_lm.h"
+#include "model/weight_source.h"
+#include "parallel/parallel_attention.h"
+#include "parallel/parallel_mlp.h"
+
+namespace tensorpar {
+
+// A tensor with its lazily allocated f32 gradient.
+struct Param {
+  Tensor value, grad;
+};
+
+struct TransformerLayer {
+  Param norm1_w, norm1_b, norm2_w, norm2_b;  // biases: LayerNorm (GPT-2) only
+  std::unique_ptr<ParallelAttention> attn;
+  std::unique_ptr<ParallelMlp> mlp;
+};
+
+class Transformer final : public CausalLM {
+ public:
+  // Shapes and shards from the config; weights are zero until load_weights or init_weights.
+  // quant_align: the ffn split is cut at multiples of it (32 keeps quantized columns whole).
+  Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align = 32);
+  ~Transformer() override;
+
+  // Reads this rank's slices (names and layouts per architecture). Throws naming file/tensor.
+  void load_weights(const WeightSource& src);
+  // Fresh weights for training, the same at every TP size (init_normal_sliced): Linear
+  // N(0, 0.02^2) (output projections scaled by 1/sqrt(2L), as GPT-2), embeddings N(0, 0.02^2),
+  // norm weights 1, biases 0.
+  void init_weights(uint64_t seed);
+
+  // CausalLM
+  const ModelConfig& config() const override { return config_; }
+  Communicator& tp() override { return tp_; }
+  Range vocab_range() const override { return vocab_range_; }
+  std::unique_ptr<KvCache> make_cache(int64_t max_tokens) const override;
+  void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache, bool last_only) override;
+  float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
+  float forward_loss(const Tensor& tokens, const Tensor& targets) override;
+  std::vector<ParamShard> parameters() override;
+  void zero_grad() override;
+  int64_t weight_bytes() const override;
+
+  // Architecture-specific naming (arch_*.cpp). The names are HF's; GPT-2's fused Conv1D c_attn
+  // is exposed as three [out, in] tensors "...attn.c_attn.{q,k,v}.weight/bias" and its other
+  // Conv1D weights transposed to [out, in] (see arch_gpt2.cpp).
+  std::vector<ParamShard> parameters_llama();
+  std::vector<ParamShard> parameters_gpt2();
+
+ private:
+  struct Workspace;
+  struct TrainState;
+  friend void load_llama(Transformer&, const WeightSource&);
+  friend void load_gpt2(Transformer&, const WeightSource&);
+
+  // x (N, C) = embedding rows of ids (all-reduced over tp) (+ positions for GPT-2).
+  void embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const;
+  void norm_forward(float* out, float* mean, float* rstd, const float* in, const Param& w, const Param& b,
+                    int64_t N) const;
+  void norm_backward(float* d_in, float* d_out, const float* in, Param& w, Param& b, const float* mean,
+                     const float* rstd, int64_t N);
+  // Mean loss of tokens/targets (B, T); with_grad runs backward too.
+  float train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad);
+  void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
+                    Shape global, int dim, Range range, int copies = 1);
+
+  ModelConfig config_;
+  Communicator& tp_;
+  std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
+  MatmulEngine eng_;
+  std::unique_ptr<RopeTable> rope_;
+  Range vocab_range_;
+  std::vector<Range> ffn_ranges_;
+  Param embed_;     // (V_local, C): f32, bf16 or quantized (inference); the tied LM head too
+  Param pos_embed_; // (max_position, C) f32 Replicated, GPT-2 only
+  Param lm_head_;   // (V_local, C), untied only
+  Param norm_w_, norm_b_;
+  std::vector<TransformerLayer> layers_;
+  std::unique_ptr<Workspace> ws_;
+  std::unique_ptr<TrainState> train_;
+};
+
+// The KV cache of a Transformer: per layer k and v (capacity, NKV_local, HS) f32.
+class TransformerKvCache final : public KvCache {
+ public:
+  TransformerKvCache(int64_t n_layers, int64_t capacity, int64_t kv_local, int64_t head_dim);
+  int64_t length() const override { return length_; }
+  int64_t capacity() const override { return capacity_; }
+  void truncate(int64_t length) override;
+  int64_t bytes() const override;
+  float* k(int64_t layer) { return k_[size_t(layer)].data<float>(); }
+  float* v(int64_t layer) { return v_[size_t(layer)].data<float>(); }
+  void set_length(int64_t n) { length_ = n; }
+
+ private:
+  int64_t capacity_ = 0, length_ = 0;
+  std::vector<Tensor> k_, v_;
+};
+
+}  // namespace tensorpar

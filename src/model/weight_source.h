@@ -1,0 +1,50 @@
+// WeightSource: the model loader's view of a checkpoint (HF directory, safetensors or GGUF file):
+// checks a tensor exists with the shape the config implies, then hands the TP layers slice
+// loaders that read only this rank's bytes, converting on the way per LoadOptions.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "io/tensor_store.h"
+#include "parallel/slice_loader.h"
+
+namespace tensorpar {
+
+struct LoadOptions {
+  DType float_weights = DType::kF32;  // matrices stored as f32/f16/bf16 become this (f32 or bf16)
+  bool keep_quantized = true;         // q8_0/q4_0/q4_1 stay quantized; false: dequantize to f32
+};
+
+class WeightSource {
+ public:
+  WeightSource(std::shared_ptr<TensorStore> store, std::string path, LoadOptions opt);
+
+  const std::string& path() const { return path_; }
+  const LoadOptions& options() const { return opt_; }
+  const TensorStore& store() const { return *store_; }
+  bool has(const std::string& name) const { return store_->contains(name); }
+
+  // Slices (dim, range) of the [out, in] matrix `name` whose full shape must be `shape`. With
+  // conv1d the file holds [in, out] (GPT-2 Conv1D) and slices are transposed after reading.
+  // Quantized slices stay quantized when the cut is block-aligned, else they dequantize to f32.
+  SliceLoader matrix(const std::string& name, const Shape& shape, bool conv1d = false) const;
+  // The same as f32 (biases, norms, embeddings a layer needs in f32). For conv1d biases the
+  // offset selects the part of a fused vector: element offset + i of the stored [n] vector.
+  SliceLoader f32(const std::string& name, const Shape& shape) const;
+  // A slice loader over part of a fused tensor: rows/columns [offset, offset + shape[dim]) of
+  // stored dim `fused_dim` (GPT-2's c_attn holds q, k, v side by side); conv1d as matrix().
+  SliceLoader fused(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
+                    const Shape& shape, bool conv1d) const;
+  Tensor whole_f32(const std::string& name, const Shape& shape) const;
+
+ private:
+  void check(const std::string& name, const Shape& stored_shape) const;
+
+  std::shared_ptr<TensorStore> store_;
+  std::string path_;
+  LoadOptions opt_;
+};
+
+}  // namespace tensorpar
