@@ -93,13 +93,15 @@ TEST(Attention, ForwardMatchesDoubleFormula) {
   TP_SEED_TRACE();
   Rng rng(1);
   std::vector<AttentionDims> cases = {
-      dims(1, 1, 1, 1, 1),           // smallest
-      dims(2, 7, 4, 2, 8),           // GQA, batched training
-      dims(1, 33, 6, 1, 16),         // MQA
-      dims(2, 7, 3, 3, 5),           // MHA, odd sizes
-      dims(1, 7, 7, 7, 33),          // NH odd, HS odd
-      dims(1, 1, 8, 2, 16, 40, 64),  // decode at position 40 of a 64-row cache
-      dims(2, 7, 6, 2, 8, 26, 40),   // chunked prefill after 26 cached tokens
+      dims(1, 1, 1, 1, 1),            // smallest
+      dims(2, 7, 4, 2, 8),            // GQA, batched training
+      dims(1, 33, 6, 1, 16),          // MQA
+      dims(2, 7, 3, 3, 5),            // MHA, odd sizes
+      dims(1, 7, 7, 7, 33),           // NH odd, HS odd
+      dims(1, 1, 8, 2, 16, 40, 64),   // decode at position 40 of a 64-row cache
+      dims(2, 7, 6, 2, 8, 26, 40),    // chunked prefill after 26 cached tokens
+      dims(1, 1, 4, 2, 8, 600, 700),  // decode over a long cache: keys split, partials merged
+      dims(2, 5, 6, 3, 8, 700, 720),  // short chunk over a long cache, batched, split
   };
   if (!testing::kSanitized) cases.push_back(dims(1, 577, 2, 1, 16));
   using Fn =

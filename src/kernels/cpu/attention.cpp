@@ -106,13 +106,7 @@ namespace {
 constexpr int64_t kQueryBlock = 16;  // query tokens per work item
 constexpr int64_t kKeyBlock = 64;    // keys per tile (scores of one row fit a few vector registers)
 constexpr int64_t kRowBlock = 4;     // query rows scored together against one key tile
-
-// Per-thread scratch of the tiled forward.
-struct TileScratch {
-  std::vector<float> kt;   // (HS, kKeyBlock): the key tile transposed, so scores are FMAs over keys
-  std::vector<float> acc;  // (rows, HS): unnormalised outputs
-  std::vector<float> m, l;  // (rows): running max and running sum of exp
-};
+constexpr int64_t kSplitKeys = 256;  // keys per split when a single query block is split
 
 // acc (HS) += sum_j p[j] * v[j * kv_stride + :] over j < n. The output is walked in chunks of
 // 16 held in a local array (a register), with the keys inside: acc is loaded and stored once per
@@ -139,21 +133,23 @@ inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n,
 }
 
 // One work item: queries [t0, t1) of sequence b, all query heads of kv head g, against keys
-// [0, pos0 + t1), in key tiles with an online softmax.
-TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, const float* k,
-                                     const float* v, const AttentionDims& d, int64_t b, int64_t g,
-                                     int64_t t0, int64_t t1, TileScratch& w) {
+// [key_begin, key_end) (clipped to what the queries may see), in key tiles with an online
+// softmax. Leaves per row r the running max m[r], sum l[r] and unnormalised output acc (r, HS);
+// kt is (HS, kKeyBlock) scratch.
+TP_VECTOR_CLONES void attention_tile(const float* q, const float* k, const float* v,
+                                     const AttentionDims& d, int64_t b, int64_t g, int64_t t0,
+                                     int64_t t1, int64_t key_begin, int64_t key_end, float* m,
+                                     float* l, float* acc_all, float* kt) {
   const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
   const int64_t q_stride = NH * HS, kv_stride = d.NKV * HS;
   const int64_t rows = (t1 - t0) * group;  // row r: token t0 + r / group, head g*group + r % group
   const float* kb = k + b * d.T_kv * kv_stride + g * HS;
   const float* vb = v + b * d.T_kv * kv_stride + g * HS;
-  float* kt = w.kt.data();
-  std::fill(w.acc.begin(), w.acc.begin() + rows * HS, 0.0f);
-  std::fill(w.m.begin(), w.m.begin() + rows, -std::numeric_limits<float>::infinity());
-  std::fill(w.l.begin(), w.l.begin() + rows, 0.0f);
-  const int64_t n_keys = d.pos0 + t1;  // the last query sees keys [0, pos0 + t1)
-  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+  std::fill(acc_all, acc_all + rows * HS, 0.0f);
+  std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
+  std::fill(l, l + rows, 0.0f);
+  const int64_t n_keys = std::min(key_end, d.pos0 + t1);  // the last query sees [0, pos0 + t1)
+  for (int64_t j0 = key_begin; j0 < n_keys; j0 += kKeyBlock) {
     const int64_t jn = std::min(kKeyBlock, n_keys - j0);
     // Few rows (decode): score by dot products straight from the cache; the transpose would
     // cost more than it saves.
@@ -196,7 +192,7 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
         float mt = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mt)
         for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
-        const float m_old = w.m[static_cast<size_t>(r)];
+        const float m_old = m[r];
         const float m_new = std::max(m_old, mt);
         const float alpha =
             fast_exp(m_old - m_new);  // rescales what was summed so far (0 at first)
@@ -206,24 +202,28 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
           s[j] = fast_exp(s[j] - m_new);
           sum += s[j];
         }
-        w.l[static_cast<size_t>(r)] = w.l[static_cast<size_t>(r)] * alpha + sum;
-        w.m[static_cast<size_t>(r)] = m_new;
-        float* acc = w.acc.data() + r * HS;
+        l[r] = l[r] * alpha + sum;
+        m[r] = m_new;
+        float* acc = acc_all + r * HS;
 #pragma omp simd
         for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
         accumulate_pv(acc, s, vb + j0 * kv_stride, valid, kv_stride, HS);
       }
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
+}
+
+// out and lse of the rows of one work item from its (m, l, acc).
+void finalize_rows(float* out, float* lse, const AttentionDims& d, int64_t b, int64_t g, int64_t t0,
+                   int64_t t1, const float* m, const float* l, const float* acc_all) {
+  const int64_t T = d.T, NH = d.NH, HS = d.HS, group = d.NH / d.NKV;
+  for (int64_t r = 0; r < (t1 - t0) * group; ++r) {
     const int64_t t = t0 + r / group, h = g * group + r % group;
-    const float l = w.l[static_cast<size_t>(r)];
-    const float inv = 1.0f / l;
-    float* o = out + (b * T + t) * q_stride + h * HS;
-    const float* acc = w.acc.data() + r * HS;
-#pragma omp simd
+    const float inv = 1.0f / l[r];
+    float* o = out + (b * T + t) * NH * HS + h * HS;
+    const float* acc = acc_all + r * HS;
     for (int64_t i = 0; i < HS; ++i) o[i] = acc[i] * inv;
-    if (lse) lse[(b * NH + h) * T + t] = w.m[static_cast<size_t>(r)] + std::log(l);
+    if (lse) lse[(b * NH + h) * T + t] = m[r] + std::log(l[r]);
   }
 }
 
@@ -232,23 +232,70 @@ TP_VECTOR_CLONES void attention_tile(float* out, float* lse, const float* q, con
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const AttentionDims& dims) {
   const AttentionDims d = resolve(dims, "attention_forward");
-  const int64_t group = d.NH / d.NKV;
+  const int64_t group = d.NH / d.NKV, HS = d.HS;
   const int64_t n_qblocks = (d.T + kQueryBlock - 1) / kQueryBlock;
-  const int64_t items = d.B * d.NKV * n_qblocks;
-#pragma omp parallel if (d.B * d.NH * d.T * (d.pos0 + d.T) * d.HS > kMinParallelWork)
+  const int64_t max_rows = kQueryBlock * group;
+  // Decode and short chunks (one query block) over a long cache would give only B * NKV work
+  // items: the keys are split too (flash-decoding) and the partial softmaxes merged. The split
+  // depends on the sizes only, never on the thread count, so results do not either.
+  const int64_t n_keys = d.pos0 + d.T;
+  const int64_t n_splits =
+      n_qblocks == 1 && n_keys >= 2 * kSplitKeys ? (n_keys + kSplitKeys - 1) / kSplitKeys : 1;
+  const int64_t items = d.B * d.NKV * n_qblocks * n_splits;
+  // Partial states of the splits: (items, max_rows) for m and l, (items, max_rows, HS) for acc.
+  std::vector<float> part_m, part_l, part_acc;
+  if (n_splits > 1) {
+    part_m.resize(static_cast<size_t>(items * max_rows));
+    part_l.resize(static_cast<size_t>(items * max_rows));
+    part_acc.resize(static_cast<size_t>(items * max_rows * HS));
+  }
+#pragma omp parallel if (d.B * d.NH * d.T * n_keys * HS > kMinParallelWork)
   {
-    TileScratch w;
-    w.kt.resize(static_cast<size_t>(d.HS * kKeyBlock));
-    w.acc.resize(static_cast<size_t>(kQueryBlock * group * d.HS));
-    w.m.resize(static_cast<size_t>(kQueryBlock * group));
-    w.l.resize(static_cast<size_t>(kQueryBlock * group));
+    std::vector<float> kt(static_cast<size_t>(HS * kKeyBlock));
+    std::vector<float> acc(static_cast<size_t>(max_rows * HS)), m(static_cast<size_t>(max_rows)),
+        l(static_cast<size_t>(max_rows));
     // Later query blocks see more keys: dynamic scheduling, the costliest blocks first.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < items; ++it) {
-      const int64_t qb = n_qblocks - 1 - it % n_qblocks, g = (it / n_qblocks) % d.NKV,
-                    b = it / (n_qblocks * d.NKV);
+      const int64_t split = it % n_splits, rest = it / n_splits;
+      const int64_t qb = n_qblocks - 1 - rest % n_qblocks, g = (rest / n_qblocks) % d.NKV,
+                    b = rest / (n_qblocks * d.NKV);
       const int64_t t0 = qb * kQueryBlock, t1 = std::min(d.T, t0 + kQueryBlock);
-      attention_tile(out, lse, q, k, v, d, b, g, t0, t1, w);
+      if (n_splits == 1) {
+        attention_tile(q, k, v, d, b, g, t0, t1, 0, n_keys, m.data(), l.data(), acc.data(),
+                       kt.data());
+        finalize_rows(out, lse, d, b, g, t0, t1, m.data(), l.data(), acc.data());
+      } else {
+        attention_tile(q, k, v, d, b, g, t0, t1, split * kSplitKeys, (split + 1) * kSplitKeys,
+                       part_m.data() + it * max_rows, part_l.data() + it * max_rows,
+                       part_acc.data() + it * max_rows * HS, kt.data());
+      }
+    }
+    if (n_splits > 1) {
+      // Merge the splits of each (sequence, kv head) in split order: rescale each partial
+      // state to the common max.
+#pragma omp for schedule(static)
+      for (int64_t bg = 0; bg < d.B * d.NKV; ++bg) {
+        const int64_t g = bg % d.NKV, b = bg / d.NKV, rows = d.T * group;
+        const int64_t first = bg * n_splits;  // items of this (b, g) with n_qblocks == 1
+        for (int64_t r = 0; r < rows; ++r) {
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t sp = 0; sp < n_splits; ++sp)
+            mx = std::max(mx, part_m[static_cast<size_t>((first + sp) * max_rows + r)]);
+          float sum = 0;
+          float* a = acc.data() + r * HS;
+          std::fill(a, a + HS, 0.0f);
+          for (int64_t sp = 0; sp < n_splits; ++sp) {
+            const int64_t idx = (first + sp) * max_rows + r;
+            const float w = fast_exp(part_m[static_cast<size_t>(idx)] - mx);
+            sum += part_l[static_cast<size_t>(idx)] * w;
+            axpy(a, w, part_acc.data() + idx * HS, HS);
+          }
+          m[static_cast<size_t>(r)] = mx;
+          l[static_cast<size_t>(r)] = sum;
+        }
+        finalize_rows(out, lse, d, b, g, 0, d.T, m.data(), l.data(), acc.data());
+      }
     }
   }
 }
