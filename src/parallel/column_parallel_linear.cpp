@@ -44,7 +44,7 @@ void ColumnParallelLinear::load(const SliceLoader& weight, const SliceLoader& bi
   d_weight_ = Tensor();
   if (has_bias_) {
     TP_CHECK(bool(bias), "[ColumnParallelLinear::load] the layer has a bias but no bias loader");
-    Tensor b = bias(0, out_range()).to(DType::kF32);
+    Tensor b = as_f32(bias(0, out_range()));
     TP_CHECK(b.shape() == (Shape{out_local()}), "[ColumnParallelLinear::load] bias rows ",
              range_str(out_range()), ": got ", b.describe(), ", expected [", out_local(),
              "] (rank ", rank_, ")");

@@ -43,7 +43,7 @@ void RowParallelLinear::load(const SliceLoader& weight, const SliceLoader& bias)
   d_weight_ = Tensor();
   if (has_bias_) {
     TP_CHECK(bool(bias), "[RowParallelLinear::load] the layer has a bias but no bias loader");
-    Tensor b = bias(0, Range{0, out_}).to(DType::kF32);
+    Tensor b = as_f32(bias(0, Range{0, out_}));
     TP_CHECK(b.shape() == (Shape{out_}), "[RowParallelLinear::load] bias: got ", b.describe(),
              ", expected [", out_, "]");
     bias_ = std::move(b);

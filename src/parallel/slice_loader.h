@@ -16,7 +16,17 @@ using SliceLoader = std::function<Tensor(int dim, Range range)>;
 
 // Slices of `full` (kept alive by the returned loader), as contiguous copies.
 inline SliceLoader slice_of(Tensor full) {
-  return [full](int dim, Range range) { return full.slice(dim, range.begin, range.end).contiguous(); };
+  return [full](int dim, Range range) {
+    const Tensor s = full.slice(dim, range.begin, range.end);
+    // An empty shard (more ranks than rows) is made directly: nothing to copy.
+    return s.numel() == 0 ? Tensor::empty(s.shape(), s.dtype()) : s.contiguous();
+  };
+}
+
+// t as f32 (a copy when converting; empty tensors are made, not copied).
+inline Tensor as_f32(const Tensor& t) {
+  if (t.numel() == 0) return Tensor::empty(t.shape(), DType::kF32);
+  return t.dtype() == DType::kF32 && t.is_contiguous() ? t : t.to(DType::kF32);
 }
 
 // Allocates a zeroed f32 gradient of `shape` unless `grad` already is one (layers call it on

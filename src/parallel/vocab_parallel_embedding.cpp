@@ -24,7 +24,7 @@ void VocabParallelEmbedding::zero_grad() {
 }
 
 void VocabParallelEmbedding::load(const SliceLoader& table) {
-  Tensor w = table(0, range_).to(DType::kF32);
+  Tensor w = as_f32(table(0, range_));
   TP_CHECK(w.shape() == (Shape{vocab_local(), dim_}), "[VocabParallelEmbedding::load] rows ",
            range_str(range_), ": got ", w.describe(), ", expected ",
            shape_str({vocab_local(), dim_}), " (rank ", rank_, ")");

@@ -273,3 +273,82 @@ TEST(ParallelLinear, BadArgumentsThrow) {
 
 }  // namespace
 }  // namespace tensorpar
+
+namespace tensorpar {
+namespace {
+
+// Sequence parallel around a column -> row pair: all-gather the token rows before, reduce-scatter
+// after (bias added after the reduce-scatter); backward the conjugates. Each rank ends with its
+// rows of the full result at every TP size, with uneven token counts.
+TEST(ParallelLinear, SequenceParallelColumnThenRow) {
+  TP_SEED_TRACE();
+  const int64_t n = 7, c_dim = 6, f_dim = 10;
+  const Problem up_p(n, c_dim, f_dim, 41);  // x (N, C), W1 (F, C), b1; up_p.y = h (N, F)
+  const Problem down_p(n, f_dim, c_dim, 42);  // W2 (C, F), b2, dy (N, C)
+  // Reference through the chain: y = h W2^T + b2, d_h = dy W2, d_x = d_h W1.
+  std::vector<float> y(size_t(n * c_dim)), dh(size_t(n * f_dim)), dx(size_t(n * c_dim));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < c_dim; ++j) {
+      double s = down_p.b[size_t(j)];
+      for (int64_t l = 0; l < f_dim; ++l)
+        s += double(up_p.y[size_t(i * f_dim + l)]) * down_p.w[size_t(j * f_dim + l)];
+      y[size_t(i * c_dim + j)] = float(s);
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t l = 0; l < f_dim; ++l) {
+      double s = 0;
+      for (int64_t j = 0; j < c_dim; ++j)
+        s += double(down_p.dy[size_t(i * c_dim + j)]) * down_p.w[size_t(j * f_dim + l)];
+      dh[size_t(i * f_dim + l)] = float(s);
+    }
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < c_dim; ++k) {
+      double s = 0;
+      for (int64_t l = 0; l < f_dim; ++l)
+        s += double(dh[size_t(i * f_dim + l)]) * up_p.w[size_t(l * c_dim + k)];
+      dx[size_t(i * c_dim + k)] = float(s);
+    }
+  for (int tp = 1; tp <= 4; ++tp) {
+    PerRank ys(static_cast<size_t>(tp)), dxs(static_cast<size_t>(tp));
+    run_ranks(tp, [&](Communicator& c) {
+      MatmulEngine eng;
+      const Range rows = partition_even(n, c.size(), c.rank());
+      ColumnParallelLinear up(c_dim, f_dim, true, c.size(), c.rank());
+      RowParallelLinear down(f_dim, c_dim, true, c.size(), c.rank());
+      up.load(slice_of(tensor_of({f_dim, c_dim}, up_p.w)), slice_of(tensor_of({f_dim}, up_p.b)));
+      down.load(slice_of(tensor_of({c_dim, f_dim}, down_p.w)),
+                slice_of(tensor_of({c_dim}, down_p.b)));
+      Tensor x_local = tensor_of({rows.size(), c_dim}, rows_of(up_p.x, c_dim, rows));
+      Tensor x = nan_tensor({n, c_dim});
+      gather_from_sequence_parallel_region_forward(x, x_local, c);
+      Tensor h = nan_tensor({n, up.out_local()});
+      up.forward(eng, h, x);
+      Tensor partial = nan_tensor({n, c_dim});
+      down.forward_partial(eng, partial, h);
+      Tensor y_local = nan_tensor({rows.size(), c_dim});
+      reduce_scatter_to_sequence_parallel_region_forward(y_local, partial, c);
+      down.add_bias(y_local);
+      ys[size_t(c.rank())] = y_local.to_vector();
+      // Backward.
+      Tensor dy_local = tensor_of({rows.size(), c_dim}, rows_of(down_p.dy, c_dim, rows));
+      Tensor dy = nan_tensor({n, c_dim});
+      reduce_scatter_to_sequence_parallel_region_backward(dy, dy_local, c);
+      Tensor d_h = Tensor::zeros({n, up.out_local()}, DType::kF32);
+      down.backward(eng, &d_h, dy, h);
+      Tensor d_x = Tensor::zeros({n, c_dim}, DType::kF32);
+      up.backward_partial(eng, &d_x, d_h, x);
+      Tensor d_x_local = nan_tensor({rows.size(), c_dim});
+      gather_from_sequence_parallel_region_backward(d_x_local, d_x, c);
+      dxs[size_t(c.rank())] = d_x_local.to_vector();
+    });
+    for (int r = 0; r < tp; ++r) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << " rank " << r);
+      const Range rows = partition_even(n, tp, r);
+      EXPECT_CLOSE(ys[size_t(r)], rows_of(y, c_dim, rows), kTol);
+      EXPECT_CLOSE(dxs[size_t(r)], rows_of(dx, c_dim, rows), kTol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensorpar

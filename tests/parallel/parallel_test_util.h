@@ -37,6 +37,8 @@ inline std::vector<float> rows_of(const std::vector<float>& m, int64_t cols, Ran
 }
 
 inline Tensor tensor_of(const Shape& shape, const std::vector<float>& v) {
+  // Empty shards are made directly (Tensor::from_f32 memcpy's from a null pointer for them).
+  if (v.empty()) return Tensor::empty(shape, DType::kF32);
   return Tensor::from_f32(shape, v);
 }
 
