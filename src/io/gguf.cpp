@@ -154,15 +154,14 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
     const uint32_t nd = r.pod<uint32_t>("tensor n_dims");
     TP_CHECK(nd >= 1 && nd <= kMaxDims, "[load_gguf] '", name, "': tensor '", t.name, "' has n_dims ", nd,
              ", expected 1..", kMaxDims);
-    int64_t numel = 1;
     for (uint32_t d = 0; d < nd; ++d) {
       const uint64_t dim = r.pod<uint64_t>("tensor dim");
       TP_CHECK(dim <= uint64_t(std::numeric_limits<int64_t>::max()), "[load_gguf] '", name, "': tensor '",
                t.name, "' dim ", d, " is ", dim, ", too large");
       t.dims.push_back(int64_t(dim));
-      numel = checked_mul(numel, int64_t(dim), "load_gguf");
     }
     t.shape.assign(t.dims.rbegin(), t.dims.rend());
+    const int64_t numel = file_shape_numel(t.shape, "load_gguf");
     t.ggml_type = r.pod<uint32_t>("tensor type");
     t.format = ggml_format(t.ggml_type);
     TP_CHECK(t.format, "[load_gguf] '", name, "': tensor '", t.name, "' has unknown ggml type ",

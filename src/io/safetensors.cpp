@@ -117,8 +117,7 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
              " (offsets must be contiguous and non-overlapping)");
     TP_CHECK(e.end <= data_size, "[load_safetensors] '", name, "': tensor '", e.name, "' ends at ",
              e.end, ", past the data section of ", data_size, " bytes (file truncated?)");
-    int64_t numel = 1;
-    for (int64_t d : e.shape) numel = checked_mul(numel, d, "load_safetensors");
+    const int64_t numel = file_shape_numel(e.shape, "load_safetensors");
     const int64_t nbytes = checked_mul(numel, e.format->block_bytes, "load_safetensors");
     TP_CHECK(e.end - e.begin == nbytes, "[load_safetensors] '", name, "': tensor '", e.name, "' ",
              e.format->name, shape_str(e.shape), " needs ", nbytes, " bytes, but data_offsets [",

@@ -71,6 +71,17 @@ const StoredFormat kStoredQ8_0{"Q8_0", 32, 34, DType::kQ8_0, decode_q8_0};
 const StoredFormat kStoredQ4_0{"Q4_0", 32, 18, DType::kQ4_0, decode_q4_0};
 const StoredFormat kStoredQ4_1{"Q4_1", 32, 20, DType::kQ4_1, decode_q4_1};
 
+int64_t file_shape_numel(const Shape& shape, const char* where) {
+  int64_t span = 1;
+  bool empty = false;
+  for (int64_t d : shape) {
+    TP_CHECK(d >= 0, "[", where, "] negative dim in shape ", shape_str(shape));
+    if (d == 0) empty = true;
+    else span = checked_mul(span, d, where);
+  }
+  return empty ? 0 : span;
+}
+
 Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
                   std::optional<DType> out_opt) {
   const StoredFormat& f = *src.format;
@@ -95,7 +106,9 @@ Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
   const int64_t numel = shape_numel(src.shape);
   const int64_t L = src.shape.back();  // elements per row
   TP_ASSERT(L == 0 || L % f.block_elems == 0, src.name);
-  TP_ASSERT(src.nbytes == (L == 0 ? 0 : checked_mul(numel / L, L / f.block_elems * f.block_bytes, "copy_slice")),
+  // An empty tensor has no bytes (and its other dims may be huge: no row-size math on it).
+  TP_ASSERT(numel == 0 ? src.nbytes == 0
+                       : src.nbytes == checked_mul(numel / L, L / f.block_elems * f.block_bytes, "copy_slice"),
             src.name);
   Shape out_shape = src.shape;
   out_shape[size_t(dim)] = end - begin;

@@ -38,6 +38,11 @@ struct StoredTensor {
   std::shared_ptr<const void> keep_alive;  // the mapping
 };
 
+// Element count of a shape read from a file. Stricter than shape_numel: the product of the
+// non-zero dims must fit in int64 too, so that strides of an empty tensor such as [0, 2^40,
+// 2^40] cannot overflow either. Throws Error (mentioning `where`).
+int64_t file_shape_numel(const Shape& shape, const char* where);
+
 // Copies elements [begin, end) along `dim` (all other dims whole) into a new contiguous tensor
 // of dtype `out` (std::nullopt: the stored dtype, so quantized blocks stay quantized). Slicing
 // the last dim of a quantized tensor while keeping it quantized needs block-aligned bounds;

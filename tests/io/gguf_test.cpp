@@ -262,6 +262,17 @@ TEST(Gguf, BadFilesAreClearErrors) {
   expect_gguf_error(one_tensor(0, {uint64_t(1) << 40, uint64_t(1) << 40}, 0, 64), {"overflow"});
   expect_gguf_error(one_tensor(0, {uint64_t(1) << 62, 1}, 0, 64), {"overflow"});
   expect_gguf_error(one_tensor(0, {~uint64_t(0)}, 0, 64), {"too large"});
+  expect_gguf_error(one_tensor(0, {uint64_t(1) << 40, uint64_t(1) << 40, 0}, 0, 64), {"overflow"});
+  {
+    // Empty tensors with huge other dims parse and read as empty (a fuzzer find).
+    const auto b = one_tensor(0, {uint64_t(6124895493223874593), 0}, 0, 0);
+    const GgufHeader h = parse_gguf(b, "empty.gguf");
+    ASSERT_EQ(h.tensors.size(), 1u);
+    const GgufTensorInfo& t = h.tensors[0];
+    StoredTensor s{t.name, "empty.gguf", t.shape, t.format, b.data() + h.data_start, 0, nullptr};
+    EXPECT_EQ(copy_whole(s, DType::kF32).numel(), 0);
+    EXPECT_EQ(copy_slice(s, 1, 5, 9, DType::kBF16).shape(), (Shape{0, 4}));
+  }
   {
     Builder b;  // b starts inside a
     b.header(2, 0).tensor("a", {16}, 0, 0).tensor("b", {16}, 0, 32).pad().zeros(128);

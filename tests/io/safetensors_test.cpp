@@ -171,6 +171,8 @@ TEST(Safetensors, BadHeadersAreClearErrors) {
   // dtype x shape overflow (numel fits, bytes do not; and numel itself overflows).
   expect_parse_error(R"({"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})", 8, {"overflow"});
   expect_parse_error(R"({"t":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, {"overflow"});
+  // An empty tensor whose other dims multiply past int64: refused (its strides would overflow).
+  expect_parse_error(R"({"t":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", 0, {"overflow"});
   // Deeply nested JSON is refused, not recursed into.
   expect_parse_error("{\"t\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0, {"nested"});
 }
