@@ -2,6 +2,9 @@
 // Every call is enqueued, then the stream is polled (cudaStreamQuery) against the CommOptions
 // timeout; on timeout or an asynchronous NCCL error the communicator is aborted
 // (ncclCommAbort) and the op fails with an Error naming it, the group and the rank.
+// Differences from the host backends: f16/bf16 are reduced by NCCL itself (bf16 through f32 per
+// step, f16 in half precision), not widened once; a group of one still runs NCCL (a device
+// copy), so one GPU exercises the same path as many.
 #pragma once
 
 #include <cuda_runtime.h>
