@@ -2,8 +2,8 @@
 // Every call is enqueued, then the stream is polled (cudaStreamQuery) against the CommOptions
 // timeout; on timeout or an asynchronous NCCL error the communicator is aborted
 // (ncclCommAbort) and the op fails with an Error naming it, the group and the rank.
-// Differences from the host backends: f16/bf16 are reduced by NCCL itself (bf16 through f32 per
-// step, f16 in half precision), not widened once; a group of one still runs NCCL (a device
+// Differences from the host backends: f16/bf16 are reduced by NCCL in their own precision
+// (rounded at every step), not widened to f32 once; a group of one still runs NCCL (a device
 // copy), so one GPU exercises the same path as many.
 #pragma once
 
