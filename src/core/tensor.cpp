@@ -224,6 +224,7 @@ void Tensor::copy_from(const Tensor& src) {
            describe());
   TP_CHECK(!dtype_is_quantized(dtype_) || src.dtype_ == dtype_, "[Tensor::copy_from] cannot convert ",
            src.describe(), " into ", describe());
+  if (numel_ == 0) return;
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memcpy(data_, src.data_, size_t(nbytes()));
     return;
