@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "tokenizer/nfc.h"
 #include "tokenizer/unicode.h"
 
 namespace tensorpar {
@@ -79,6 +80,11 @@ bool Tokenizer::is_special(int32_t id) const {
 }
 
 void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
+  std::string normalized;
+  if (nfc_) {
+    normalized = nfc_normalize(text);
+    text = normalized;
+  }
   std::vector<std::string_view> pieces;
   pre_tokenize(pre_, text, pieces);
   for (std::string_view p : pieces) bpe_.encode(p, ignore_merges_, out);

@@ -58,6 +58,8 @@ class Tokenizer {
   // real vocabularies, SmolLM2's among them, lack some control and unused lead bytes).
   bool can_encode_byte(uint8_t b) const { return bpe_.has_byte(b); }
   PreTokenizer pre_tokenizer() const { return pre_; }
+  // Whether encode() NFC-normalizes text first (then decode(encode(s)) == NFC(s), not s).
+  bool normalizes_nfc() const { return nfc_; }
   // The chat template from tokenizer_config.json (empty when none was found).
   const std::string& chat_template() const { return chat_template_; }
 
@@ -78,6 +80,7 @@ class Tokenizer {
   BpeModel bpe_;
   PreTokenizer pre_ = PreTokenizer::kGpt2;
   bool ignore_merges_ = false;
+  bool nfc_ = false;  // the tokenizer.json asks for NFC normalization (Qwen2)
   std::vector<std::string> bytes_;  // per id: raw bytes (BPE tokens) or content (added tokens)
   std::vector<Kind> kind_;
   std::vector<Added> added_;  // longest content first, so the first match is the longest

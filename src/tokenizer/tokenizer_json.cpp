@@ -130,7 +130,6 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
                model["merges"].is_array(),
            "[", kWhere, "] BPE model: got no vocab object or merges array, expected both");
   const json& norm = j.contains("normalizer") ? j["normalizer"] : json();
-  // NFC (Qwen2) is accepted but not applied: text is taken as already NFC, as llama.cpp does.
   TP_CHECK(norm.is_null() || type_of(norm) == "NFC", "[", kWhere, "] unsupported normalizer: got ",
            brief(norm), ", expected none or NFC");
   TP_CHECK(j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null(), "[", kWhere,
@@ -139,6 +138,7 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
   Tokenizer t;
   t.pre_ = parse_pre_tokenizer(j["pre_tokenizer"]);
   t.ignore_merges_ = flag(model, "ignore_merges", false);
+  t.nfc_ = type_of(norm) == "NFC";
   for (const auto& [spelled, idj] : model["vocab"].items()) {
     TP_CHECK(idj.is_number_integer(), "[", kWhere, "] vocab entry '", spelled, "': got ", brief(idj),
              ", expected an integer id");

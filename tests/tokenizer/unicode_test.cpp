@@ -2,6 +2,8 @@
 
 #include "test_util.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/nfc.h"
+#include "tokenizer_fixture.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -50,6 +52,23 @@ TEST(Unicode, CharacterClasses) {
   }
   for (uint32_t cp : {0x20u, 0x09u, 0x0Au, 0x0Du, 0x85u, 0xA0u, 0x2003u, 0x3000u, 0x2028u}) EXPECT_TRUE(is_whitespace(cp));
   for (uint32_t cp : {0x200Bu, 0xFEFFu, 0x1Cu, 0x61u}) EXPECT_FALSE(is_whitespace(cp));
+}
+
+// NFC against Python's unicodedata.normalize (fixture), plus idempotence and invalid bytes.
+TEST(Nfc, MatchesPythonUnicodedata) {
+  const auto cases = testing::load_tokenizer_fixture("nfc.json");
+  int changed = 0;
+  for (const auto& c : cases) {
+    const std::string text = c["text"].get<std::string>(), want = c["nfc"].get<std::string>();
+    EXPECT_EQ(nfc_normalize(text), want) << "text: " << text;
+    EXPECT_EQ(nfc_normalize(want), want);
+    changed += text != want;
+  }
+  EXPECT_GT(changed, 50);
+  EXPECT_EQ(nfc_normalize("plain ascii \xC3\xA9"), "plain ascii \xC3\xA9");
+  EXPECT_EQ(nfc_normalize("e\xCC\x81\xFF\xCC\x81"), "\xC3\xA9\xFF\xCC\x81");  // raw byte blocks
+  EXPECT_EQ(canonical_combining_class(0x301), 230);
+  EXPECT_EQ(canonical_combining_class('a'), 0);
 }
 
 TEST(ByteLevel, MapsEveryByteToAPrintableCharAndBack) {
