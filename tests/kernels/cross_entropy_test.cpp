@@ -74,6 +74,10 @@ TEST(CrossEntropy, ForwardMatchesDoubleFormula) {
         // Logits of ~300 in float carry absolute rounding ~3e-5 into lse - x_t.
         expect_close(losses, want_losses, 1e-4, 1e-5, "losses " + what);
         EXPECT_NEAR(mean, want, 1e-4 + 1e-5 * std::fabs(want)) << what;
+        // Evaluation only (no backward): nothing saved.
+        EXPECT_EQ(cross_entropy_forward(nullptr, nullptr, x.data(), targets.data(), N, V, opt),
+                  mean)
+            << what;
       }
 }
 

@@ -98,7 +98,7 @@ float cross_entropy_loss_from_parts(float* losses, float* lse, const float* row_
   for (int64_t n = 0; n < N; ++n) {  // serial: cheap, and a fixed summation order
     const double l =
         static_cast<double>(row_max[n]) + std::log(static_cast<double>(row_sum_exp[n]));
-    lse[n] = static_cast<float>(l);
+    if (lse) lse[n] = static_cast<float>(l);
     double loss = 0;
     if (targets[n] != opt.ignore_index) {
       loss = (1 - eps) * (l - target_logit[n]);

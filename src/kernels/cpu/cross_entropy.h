@@ -20,8 +20,9 @@ struct CrossEntropyOptions {
 int64_t cross_entropy_count(const int64_t* targets, int64_t N, int64_t ignore_index);
 
 // losses (N) per row (0 for ignored rows; may be nullptr); lse (N) the row log-sum-exp saved
-// for backward; logits (N,V); targets (N), each in [0,V) or ignore_index (else throws).
-// Returns the mean loss over non-ignored rows (0 when every row is ignored).
+// for backward (may be nullptr when no backward follows); logits (N,V); targets (N), each in [0,V)
+// or ignore_index (else throws). Returns the mean loss over non-ignored rows (0 when every row is
+// ignored).
 float cross_entropy_forward(float* losses, float* lse, const float* logits, const int64_t* targets,
                             int64_t N, int64_t V, const CrossEntropyOptions& opt = {});
 // d_logits (N,V) += (softmax - smoothed onehot) * d_loss / count for non-ignored rows; lse (N)
@@ -44,7 +45,8 @@ void cross_entropy_local_target_logit(float* target_logit, float* logit_sum,
                                       const float* logits_local, const int64_t* targets, int64_t N,
                                       int64_t v_begin, int64_t V_local, int64_t V_global,
                                       const CrossEntropyOptions& opt);
-// From the global (all-reduced) pieces: losses (N) (may be nullptr), lse (N) = max + log(sum);
+// From the global (all-reduced) pieces: losses (N), lse (N) = max + log(sum) (either may be
+// nullptr);
 // logit_sum may be nullptr when label_smoothing == 0. Returns the mean loss over non-ignored rows.
 float cross_entropy_loss_from_parts(float* losses, float* lse, const float* row_max,
                                     const float* row_sum_exp, const float* target_logit,
