@@ -25,7 +25,7 @@ std::vector<double> ref_attention(const std::vector<double>& q, const std::vecto
                                   const std::vector<double>& v, const AttentionDims& d,
                                   std::vector<double>* lse = nullptr) {
   const int64_t Tk = kv_rows(d), group = d.NH / d.NKV;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d.HS));
+  const double scale = d.scale != 0 ? d.scale : 1.0 / std::sqrt(static_cast<double>(d.HS));
   std::vector<double> out(static_cast<size_t>(d.B * d.T * d.NH * d.HS), 0.0);
   if (lse) lse->assign(static_cast<size_t>(d.B * d.NH * d.T), 0.0);
   for (int64_t b = 0; b < d.B; ++b)
@@ -273,6 +273,28 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   expect_close(dq, nq, 1e-5, 1e-4, "tiled vs naive d_q");
   expect_close(dk, nk, 1e-5, 1e-4, "tiled vs naive d_k");
   expect_close(dv, nv, 1e-5, 1e-4, "tiled vs naive d_v");
+}
+
+TEST(Attention, CustomScaleAndEmptySizes) {
+  TP_SEED_TRACE();
+  Rng rng(6);
+  auto d = dims(2, 7, 4, 2, 8, 3, 12);
+  d.scale = 0.3f;
+  const auto in = random_inputs(rng, d);
+  const auto want = ref_attention(testing::to_double(in.q), testing::to_double(in.k),
+                                  testing::to_double(in.v), d);
+  auto out = nan_vec(in.q.size());
+  attention_forward(out.data(), nullptr, in.q.data(), in.k.data(), in.v.data(), d);
+  expect_close(out, want, 1e-5, 1e-4, "scale 0.3");
+  // No query tokens, or no sequences: nothing to do, nothing touched.
+  for (const auto& e : {dims(1, 0, 4, 2, 8, 5, 10), dims(0, 3, 4, 2, 8)}) {
+    std::vector<float> dk(in.k.size(), 1.0f), dv(in.v.size(), 1.0f);
+    attention_forward(nullptr, nullptr, in.q.data(), in.k.data(), in.v.data(), e);
+    attention_backward(nullptr, dk.data(), dv.data(), nullptr, in.q.data(), in.k.data(),
+                       in.v.data(), nullptr, in.q.data(), e);
+    for (size_t i = 0; i < dk.size(); ++i)
+      ASSERT_TRUE(dk[i] == 1.0f && dv[i] == 1.0f) << describe(e);
+  }
 }
 
 TEST(Attention, BadShapesAreErrors) {
