@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "infer/generate.h"
+
 namespace tensorpar::cli {
 
 // Options every subcommand that runs ranks shares (ARCHITECTURE.md section 7).
@@ -15,6 +17,13 @@ struct CommonOptions {
 };
 void add_common_options(CLI::App& cmd, CommonOptions& opts);
 
+// --max-tokens, --temperature, --top-k, --top-p, --min-p, --seed, --stop (generate and chat).
+void add_sampling_options(CLI::App& cmd, GenerateOptions& gen);
+
 void add_bench_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace tensorpar::cli

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tensorpar 0.1.0");
   tensorpar::cli::add_bench_command(app);
+  tensorpar::cli::add_inspect_command(app);
+  tensorpar::cli::add_generate_command(app);
+  tensorpar::cli::add_chat_command(app);
+  tensorpar::cli::add_perplexity_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
