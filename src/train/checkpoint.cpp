@@ -1,0 +1,88 @@
+// Collective save / reshard-on-load of parameters and AdamW moments.
+#include "train/checkpoint.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/sharded_checkpoint.h"
+
+namespace tensorpar {
+namespace fs = std::filesystem;
+
+namespace {
+
+ShardedTensor piece_of(const std::string& prefix, const ParamShard& p, const Tensor& t) {
+  ShardedTensor s;
+  s.name = prefix + p.name;
+  s.tensor = t;
+  s.global_shape = p.global_shape;
+  s.shard_dim = p.shard_dim;
+  s.begin = p.range.begin;
+  s.end = p.range.end;
+  return s;
+}
+
+void read_into(const ShardedCheckpointReader& r, const std::string& name, const ParamShard& p, Tensor& dst) {
+  TP_CHECK(r.has(name), "[load_checkpoint] checkpoint ", r.dir(), " has no tensor '", name, "'");
+  const Shape g = r.global_shape(name);
+  TP_CHECK(g == p.global_shape, "[load_checkpoint] tensor '", name, "' in ", r.dir(), " has global shape ",
+           nlohmann::json(g).dump(), ", expected ", nlohmann::json(p.global_shape).dump());
+  if (p.value->numel() == 0) return;
+  Tensor t = p.shard_dim < 0 ? r.read_full(name) : r.read_slice(name, p.shard_dim, p.range.begin, p.range.end);
+  TP_CHECK(t.shape() == dst.shape(), "[load_checkpoint] slice of '", name, "' is ", t.describe(), ", expected ",
+           dst.describe());
+  dst.copy_from(t);
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params, AdamW& opt,
+                     Communicator& tp, nlohmann::json state, const SaveFault& fault) {
+  const std::string name = "step-" + std::to_string(step);
+  const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
+  if (tp.rank() == 0) {
+    fs::create_directories(root);
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // the leftovers of a crashed save of the same step
+    fs::create_directories(tmp);
+  }
+  tp.barrier();
+  std::vector<ShardedTensor> pieces;
+  for (const ParamShard& p : params) {
+    if (p.shard_dim < 0 && tp.rank() != 0) continue;
+    pieces.push_back(piece_of("param/", p, *p.value));
+    if (!p.grad) continue;
+    AdamWState& s = opt.state(p);
+    pieces.push_back(piece_of("exp_avg/", p, s.exp_avg));
+    pieces.push_back(piece_of("exp_avg_sq/", p, s.exp_avg_sq));
+  }
+  write_checkpoint_shard(tmp + "/" + checkpoint_shard_file(tp.rank(), tp.size()), pieces);
+  tp.barrier();
+  if (tp.rank() == 0) {
+    TP_CHECK(fault.fail_at != 1, "[save_checkpoint] injected fault after the shard files of ", name);
+    state["step"] = step;
+    state["optimizer_steps"] = opt.steps();
+    state["tp"] = tp.size();
+    write_checkpoint_index(tmp, tp.size(), state);
+    TP_CHECK(fault.fail_at != 2, "[save_checkpoint] injected fault after the index of ", name);
+    publish_checkpoint_dir(tmp, root, name);
+  }
+  tp.barrier();
+}
+
+nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params, AdamW* opt) {
+  ShardedCheckpointReader r(path);
+  for (const ParamShard& p : params) {
+    read_into(r, "param/" + p.name, p, *p.value);
+    if (opt && p.grad) {
+      AdamWState& s = opt->state(p);
+      read_into(r, "exp_avg/" + p.name, p, s.exp_avg);
+      read_into(r, "exp_avg_sq/" + p.name, p, s.exp_avg_sq);
+    }
+  }
+  nlohmann::json state = r.state();
+  if (opt) opt->set_steps(state.value("optimizer_steps", int64_t(0)));
+  return state;
+}
+
+}  // namespace tensorpar

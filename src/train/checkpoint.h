@@ -1,0 +1,37 @@
+// Saving and loading one TP group's training state as a sharded checkpoint (io/sharded_checkpoint):
+// every rank writes its parameter slices and AdamW moments ("param/", "exp_avg/", "exp_avg_sq/"
+// + HF name; Replicated tensors by rank 0 only), rank 0 writes the index with the trainer state,
+// and the directory is published atomically as <root>/step-<N>. Loading reads each rank's new
+// slices from whichever files overlap them, so the TP size may differ from the saving run's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/communicator.h"
+#include "model/causal_lm.h"
+#include "train/optimizer.h"
+
+namespace tensorpar {
+
+// Test hook simulating a crash during a save: 1 = rank 0 throws after every rank's shard file is
+// written (before the index), 2 = after the index (before the directory is published).
+struct SaveFault {
+  int fail_at = 0;
+};
+
+// Collective over tp. Writes <root>/step-<step> (via <root>/.tmp-step-<step>) and points
+// <root>/latest at it. `state` (JSON) is stored in the index under "state" with "step",
+// "optimizer_steps" and "tp" added.
+void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params, AdamW& opt,
+                     Communicator& tp, nlohmann::json state, const SaveFault& fault = {});
+
+// Reads this rank's slice of every parameter (and, with opt, its moments and step count) from
+// the checkpoint `path` names (a step directory, or a root with `latest`). Returns the state.
+// Throws Error naming the tensor when a parameter is missing or its global shape differs.
+nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params, AdamW* opt);
+
+}  // namespace tensorpar

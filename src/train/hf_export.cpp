@@ -1,0 +1,120 @@
+// HF config writing and checkpoint -> HF directory export.
+#include "train/hf_export.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors_writer.h"
+#include "io/sharded_checkpoint.h"
+
+namespace tensorpar {
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json token_id(int64_t id) { return id < 0 ? nlohmann::json(nullptr) : nlohmann::json(id); }
+
+// (rows, cols) -> (cols, rows)
+Tensor transposed(const Tensor& t) { return t.transpose(0, 1).contiguous(); }
+
+}  // namespace
+
+nlohmann::json hf_config_json(const ModelConfig& c) {
+  nlohmann::json j;
+  if (c.family == ArchFamily::kGpt2) {
+    j = {{"architectures", {"GPT2LMHeadModel"}},
+         {"model_type", "gpt2"},
+         {"vocab_size", c.vocab_size},
+         {"n_embd", c.hidden},
+         {"n_layer", c.n_layers},
+         {"n_head", c.n_heads},
+         {"n_inner", c.ffn},
+         {"n_positions", c.max_position},
+         {"n_ctx", c.max_position},
+         {"activation_function", "gelu_new"},
+         {"layer_norm_epsilon", c.norm_eps},
+         {"scale_attn_weights", true},
+         {"tie_word_embeddings", true}};
+  } else {
+    TP_CHECK(c.rope.layout == RopeLayout::kHalfSplit, "[hf_config_json] this model uses interleaved RoPE (its weights "
+             "came from a GGUF llama file); it has no HF config.json form");
+    const std::string type = c.model_type.empty() || c.model_type == "smollm2" ? "llama" : c.model_type;
+    j = {{"architectures", {type == "qwen2" ? "Qwen2ForCausalLM" : type == "mistral" ? "MistralForCausalLM"
+                                                                                   : "LlamaForCausalLM"}},
+         {"model_type", type},
+         {"vocab_size", c.vocab_size},
+         {"hidden_size", c.hidden},
+         {"num_hidden_layers", c.n_layers},
+         {"num_attention_heads", c.n_heads},
+         {"num_key_value_heads", c.n_kv_heads},
+         {"head_dim", c.head_dim},
+         {"intermediate_size", c.ffn},
+         {"max_position_embeddings", c.max_position},
+         {"rms_norm_eps", c.norm_eps},
+         {"tie_word_embeddings", c.tie_embeddings},
+         {"hidden_act", "silu"},
+         {"attention_bias", c.qkv_bias},
+         {"mlp_bias", false},
+         {"rope_theta", c.rope.theta}};
+    if (c.rope.scaling == RopeScalingType::kNone) {
+      j["rope_scaling"] = nullptr;
+    } else if (c.rope.scaling == RopeScalingType::kLinear) {
+      j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", c.rope.factor}};
+    } else {
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope.factor},
+                           {"low_freq_factor", c.rope.low_freq_factor},
+                           {"high_freq_factor", c.rope.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope.original_max_position}};
+    }
+  }
+  j["bos_token_id"] = token_id(c.bos_id);
+  j["eos_token_id"] = token_id(c.eos_id);
+  j["torch_dtype"] = "float32";
+  return j;
+}
+
+int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
+  ShardedCheckpointReader r(checkpoint);
+  TP_CHECK(r.state().contains("config"), "[export_hf] checkpoint ", r.dir(), " has no model config in its index");
+  const nlohmann::json config = r.state()["config"];
+  const ModelConfig c = ModelConfig::from_hf_json(config, r.dir() + "/index.json");
+  const std::string prefix = "param/";
+  std::vector<NamedTensor> out;
+  std::map<std::string, Tensor> gpt2_qkv;  // "<layer prefix>|w" / "|b" -> pieces gathered below
+  for (const std::string& stored : r.names()) {
+    if (stored.rfind(prefix, 0) != 0) continue;
+    const std::string name = stored.substr(prefix.size());
+    Tensor t = r.read_full(stored);
+    if (c.family == ArchFamily::kGpt2) {
+      const auto qkv = name.find(".attn.c_attn.");
+      if (qkv != std::string::npos) continue;  // assembled per layer below
+      const bool conv1d = name.find(".weight") != std::string::npos &&
+                          (name.find(".c_proj.") != std::string::npos || name.find(".c_fc.") != std::string::npos);
+      if (conv1d) t = transposed(t);
+    }
+    out.push_back({name, t});
+  }
+  if (c.family == ArchFamily::kGpt2) {
+    const int64_t C = c.hidden;
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".attn.c_attn.";
+      Tensor w = Tensor::empty({C, 3 * C}, DType::kF32), b = Tensor::empty({3 * C}, DType::kF32);
+      for (int k = 0; k < 3; ++k) {
+        const std::string part(1, "qkv"[k]);
+        w.slice(1, k * C, (k + 1) * C).copy_from(transposed(r.read_full(prefix + p + part + ".weight")));
+        b.slice(0, k * C, (k + 1) * C).copy_from(r.read_full(prefix + p + part + ".bias"));
+      }
+      out.push_back({p + "weight", w});
+      out.push_back({p + "bias", b});
+    }
+  }
+  fs::create_directories(out_dir);
+  save_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}});
+  const std::string text = config.dump(2) + "\n";
+  write_file_atomic(out_dir + "/config.json", std::as_bytes(std::span(text.data(), text.size())));
+  return int64_t(out.size());
+}
+
+}  // namespace tensorpar

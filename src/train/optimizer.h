@@ -1,0 +1,55 @@
+// AdamW over one rank's parameter shards (f32 master weights, moments m and v per shard), the
+// warmup + cosine learning-rate schedule, and global gradient-norm clipping over the TP group.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "kernels/cpu/adamw.h"
+#include "model/causal_lm.h"
+
+namespace tensorpar {
+
+// Moments of one shard, the same shape as its value.
+struct AdamWState {
+  Tensor exp_avg, exp_avg_sq;
+};
+
+class AdamW {
+ public:
+  explicit AdamW(const AdamWConfig& config) : config_(config) {}
+
+  // One step at learning rate lr over every shard with a gradient (decoupled weight decay on
+  // all of them, as the PyTorch reference's single param group). Moments start at zero.
+  // Replicated shards get identical updates on every rank (same grads, same arithmetic).
+  void step(const std::vector<ParamShard>& params, float lr);
+
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t t) { steps_ = t; }
+  const AdamWConfig& config() const { return config_; }
+  // Moments by parameter name (created zero-filled for p when absent).
+  AdamWState& state(const ParamShard& p);
+  bool has_state(const std::string& name) const { return state_.count(name) > 0; }
+
+ private:
+  AdamWConfig config_;
+  int64_t steps_ = 0;
+  std::map<std::string, AdamWState> state_;
+};
+
+// Learning rate at step (0-based): linear warmup from lr/warmup to lr over `warmup` steps, then
+// cosine decay to min_lr at total_steps (constant lr when total_steps <= warmup).
+float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float min_lr);
+
+// The global L2 norm of every gradient across the TP group: each shard's sum of squares is
+// weighted 1 / copies (Replicated shards and kv shards held by several ranks count once), the
+// per-rank sums are gathered and added in rank order (identical on every rank). Collective.
+double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp);
+
+// Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before.
+double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm);
+
+}  // namespace tensorpar

@@ -1,0 +1,82 @@
+// Trainer: accumulate, clip, step, evaluate, checkpoint.
+#include "train/trainer.h"
+
+#include <chrono>
+
+#include "core/error.h"
+#include "train/hf_export.h"
+
+namespace tensorpar {
+
+namespace {
+constexpr uint64_t kTrainStream = 0, kValStream = 1;
+}
+
+Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt)
+    : model_(model), corpus_(corpus), o_(opt), opt_(opt.adam) {
+  if (o_.micro_batch <= 0) o_.micro_batch = o_.batch;
+  TP_CHECK(o_.batch >= 1 && o_.batch % o_.micro_batch == 0, "[Trainer] batch ", o_.batch,
+           " is not a multiple of micro_batch ", o_.micro_batch);
+  TP_CHECK(o_.seq >= 1 && o_.seq <= model.config().max_position, "[Trainer] seq ", o_.seq,
+           ", expected in [1, max_position = ", model.config().max_position, "]");
+  TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ", corpus.train.size(),
+           " tokens, too few for seq ", o_.seq);
+}
+
+void Trainer::resume(const std::string& path) {
+  const nlohmann::json state = load_checkpoint(path, model_.parameters(), &opt_);
+  step_ = state.value("step", int64_t(0));
+}
+
+StepLog Trainer::train_step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t n_micro = o_.batch / o_.micro_batch;
+  model_.zero_grad();
+  double loss = 0;
+  Tensor x, y;
+  for (int64_t m = 0; m < n_micro; ++m) {
+    sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream, uint64_t(step_ * n_micro + m));
+    loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
+  }
+  std::vector<ParamShard> params = model_.parameters();
+  StepLog log;
+  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip);
+  log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
+  opt_.step(params, log.lr);
+  ++step_;
+  log.step = step_;
+  log.loss = float(loss / double(n_micro));
+  log.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
+  return log;
+}
+
+float Trainer::evaluate() {
+  if (corpus_.val.size() <= size_t(o_.seq + 1)) return NAN;
+  double sum = 0;
+  Tensor x, y;
+  for (int64_t i = 0; i < o_.eval_batches; ++i) {
+    sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i));
+    sum += model_.forward_loss(x, y);
+  }
+  return float(sum / double(std::max<int64_t>(1, o_.eval_batches)));
+}
+
+void Trainer::save(const SaveFault& fault) {
+  TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
+  nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
+  state["config"] = hf_config_json(model_.config());
+  state["seed"] = o_.seed;
+  save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault);
+}
+
+void Trainer::run(const std::function<void(const StepLog&)>& on_step) {
+  while (step_ < o_.steps) {
+    StepLog log = train_step();
+    if (o_.eval_every > 0 && (step_ % o_.eval_every == 0 || step_ == o_.steps)) log.val_loss = evaluate();
+    if (!o_.out_dir.empty() && ((o_.save_every > 0 && step_ % o_.save_every == 0) || step_ == o_.steps)) save();
+    if (on_step) on_step(log);
+  }
+}
+
+}  // namespace tensorpar

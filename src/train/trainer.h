@@ -1,0 +1,72 @@
+// The training loop of one TP group: micro-batch gradient accumulation, global-norm clipping,
+// AdamW with warmup + cosine LR, periodic validation and sharded checkpoints, exact resume.
+// Every rank runs it (SPMD) on the same corpus; batches are drawn from (seed, step, micro-batch).
+// Data parallelism is not used here: one TP group sees every batch.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/causal_lm.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+
+namespace tensorpar {
+
+struct TrainOptions {
+  int64_t steps = 100;        // total optimizer steps (the run ends at this step)
+  int64_t batch = 8;          // sequences per optimizer step
+  int64_t micro_batch = 0;    // sequences per forward/backward (0: = batch); must divide batch
+  int64_t seq = 128;          // tokens per sequence
+  float lr = 1e-3f, min_lr = 0.0f;
+  int64_t warmup = 0;
+  AdamWConfig adam{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};  // lr here is ignored (schedule gives it)
+  double clip = 1.0;          // max global gradient norm (0: no clipping)
+  uint64_t seed = 1234;       // data windows
+  int64_t eval_every = 0;     // steps between validation losses (0: never)
+  int64_t eval_batches = 4;   // validation batches of micro_batch sequences
+  int64_t save_every = 0;     // steps between checkpoints (0: only at the end when out_dir set)
+  std::string out_dir;        // checkpoint root ("" = no checkpoints)
+  nlohmann::json extra_state; // stored in every checkpoint's state (e.g. the tokenizer path)
+};
+
+struct StepLog {
+  int64_t step = 0;  // 1-based: the number of optimizer steps done
+  float loss = 0;    // mean over the step's micro-batches
+  float lr = 0;
+  double grad_norm = 0;  // before clipping
+  double ms = 0;
+  double tokens_per_s = 0;
+  std::optional<float> val_loss;
+};
+
+class Trainer {
+ public:
+  Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt);
+
+  // Loads parameters, moments and the step from a checkpoint (any TP size). Collective.
+  void resume(const std::string& path);
+  // Runs steps step()+1 .. opt.steps; on_step is called on every rank after each step.
+  void run(const std::function<void(const StepLog&)>& on_step);
+  // One optimizer step (all micro-batches); returns its log (without val_loss).
+  StepLog train_step();
+  // Mean loss over the fixed validation batches.
+  float evaluate();
+  void save(const SaveFault& fault = {});
+  int64_t step() const { return step_; }
+  AdamW& optimizer() { return opt_; }
+
+ private:
+  CausalLM& model_;
+  const TokenCorpus& corpus_;
+  TrainOptions o_;
+  AdamW opt_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tensorpar
