@@ -297,6 +297,31 @@ TEST(Attention, CustomScaleAndEmptySizes) {
   }
 }
 
+TEST(Attention, ResultsDoNotDependOnThreadCount) {
+  // Bitwise: every sum has a fixed order whatever the team size (TP=N must equal TP=1).
+  TP_SEED_TRACE();
+  Rng rng(7);
+  for (const auto& d : {dims(2, 40, 6, 2, 16), dims(1, 2, 4, 2, 16, 700, 720)}) {
+    const auto in = random_inputs(rng, d);
+    const auto dy = rng.uniform_vec(in.q.size());
+    std::vector<float> results[2][5];
+    for (int run = 0; run < 2; ++run)
+      testing::with_threads(run == 0 ? 1 : 3, [&] {
+        auto& r = results[run];
+        r[0].assign(in.q.size(), 0.0f);
+        r[1].assign(static_cast<size_t>(d.B * d.NH * d.T), 0.0f);
+        attention_forward(r[0].data(), r[1].data(), in.q.data(), in.k.data(), in.v.data(), d);
+        r[2].assign(in.q.size(), 0.0f);
+        r[3].assign(in.k.size(), 0.0f);
+        r[4].assign(in.v.size(), 0.0f);
+        attention_backward(r[2].data(), r[3].data(), r[4].data(), dy.data(), in.q.data(),
+                           in.k.data(), in.v.data(), r[0].data(), r[1].data(), d);
+      });
+    for (int i = 0; i < 5; ++i)
+      EXPECT_EQ(results[0][i], results[1][i]) << "output " << i << " " << describe(d);
+  }
+}
+
 TEST(Attention, BadShapesAreErrors) {
   std::vector<float> buf(1024, 0.0f);
   auto call = [&](const AttentionDims& d) {

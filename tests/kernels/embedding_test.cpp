@@ -115,6 +115,21 @@ TEST(Embedding, MaskedShardsSumToTheFullLookup) {
   expect_close(full, sum, 0, 0, "sum of masked lookups");
 }
 
+TEST(Embedding, BackwardDoesNotDependOnThreadCount) {
+  TP_SEED_TRACE();
+  Rng rng(5);
+  const int64_t N = 577, V = 9, C = 200;  // many repeated ids, above the parallel threshold
+  const auto ids = random_ids(rng, N, V);
+  const auto d_out = rng.uniform_vec(static_cast<size_t>(N * C));
+  std::vector<float> d[2];
+  for (int run = 0; run < 2; ++run)
+    testing::with_threads(run == 0 ? 1 : 3, [&] {
+      d[run].assign(static_cast<size_t>(V * C), 0.0f);
+      embedding_backward(d[run].data(), d_out.data(), ids.data(), N, V, C);
+    });
+  EXPECT_EQ(d[0], d[1]);
+}
+
 TEST(Embedding, BadIdsAreErrorsNamingIdAndPosition) {
   const int64_t V = 10, C = 3;
   std::vector<float> table(static_cast<size_t>(V * C), 1.0f), out(9);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstddef>
@@ -92,6 +93,15 @@ inline std::vector<double> plus(const std::vector<float>& init, const std::vecto
   std::vector<double> r(d.size());
   for (size_t i = 0; i < d.size(); ++i) r[i] = static_cast<double>(init[i]) + d[i];
   return r;
+}
+
+// Runs f with the calling thread's OpenMP team size set to n, then restores it.
+template <typename F>
+void with_threads(int n, F&& f) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(n);
+  f();
+  omp_set_num_threads(saved);
 }
 
 // Runs f and expects a tensorpar::Error whose message contains every one of `parts`.

@@ -108,6 +108,29 @@ TEST(RmsNorm, WeightGradientOverManyRows) {
   expect_close(dw, want, 1e-4, 1e-4, "d_weight");
 }
 
+TEST(RmsNorm, ResultsDoNotDependOnThreadCount) {
+  TP_SEED_TRACE();
+  Rng rng(4);
+  const int64_t N = 333, C = 200;  // above the parallel threshold
+  const auto x = rng.uniform_vec(static_cast<size_t>(N * C));
+  const auto w = rng.uniform_vec(static_cast<size_t>(C));
+  const auto dy = rng.uniform_vec(x.size());
+  std::vector<float> out[2], dx[2], dw[2];
+  for (int run = 0; run < 2; ++run)
+    testing::with_threads(run == 0 ? 1 : 3, [&] {
+      std::vector<float> rstd(static_cast<size_t>(N));
+      out[run].resize(x.size());
+      rmsnorm_forward(out[run].data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+      dx[run].assign(x.size(), 0.0f);
+      dw[run].assign(w.size(), 0.0f);
+      rmsnorm_backward(dx[run].data(), dw[run].data(), dy.data(), x.data(), w.data(), rstd.data(),
+                       N, C);
+    });
+  EXPECT_EQ(out[0], out[1]);
+  EXPECT_EQ(dx[0], dx[1]);
+  EXPECT_EQ(dw[0], dw[1]);
+}
+
 TEST(RmsNorm, BadSizesAreErrors) {
   float x = 1, w = 1, o = 0;
   EXPECT_THROW(rmsnorm_forward(&o, nullptr, &x, &w, 1, 0, 1e-5f), Error);
