@@ -1,0 +1,75 @@
+// The generation loop and perplexity on the tiny reference models: greedy continuations equal the
+// ones transformers produced (greedy.txt) and dumped logits equal logits.bin, at several TP sizes.
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+#include <vector>
+
+#include "comm/launch.h"
+#include "infer/generate.h"
+#include "infer/perplexity.h"
+#include "io/gguf.h"
+#include "model/load_model.h"
+#include "test_util.h"
+
+namespace tensorpar {
+namespace {
+
+std::string model_dir(const std::string& name) { return std::string(TP_FIXTURES_DIR) + "/models/" + name; }
+
+std::vector<int32_t> read_ids(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istream_iterator<int32_t>(f), std::istream_iterator<int32_t>()};
+}
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+// A 256-token byte vocabulary (the fixtures' vocabularies have 250-256 ids and no specials).
+Tokenizer byte_tokenizer() {
+  auto f = GgufFile::open(model_dir("llama_gqa_gguf") + "/model-f16.gguf");
+  return Tokenizer::from_gguf_vocab(f->metadata().get_string_array("tokenizer.ggml.tokens"), {}, {}, -1, -1, "default");
+}
+
+class FixtureGenerate : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureGenerate, GreedyAndLogitsMatchTransformersAtEveryTpSize) {
+  const std::string dir = model_dir(GetParam());
+  const auto prompt = read_ids(dir + "/tokens.txt");
+  const auto greedy = read_ids(dir + "/greedy.txt");
+  const auto ref_logits = read_floats(dir + "/logits.bin");
+  const Tokenizer tok = byte_tokenizer();
+  for (int n : {1, 2, 3}) {
+    std::mutex mu;
+    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = {.timeout_s = 60}},
+                 [&](Communicator& tp) {
+                   auto model = load_model(dir, tp);
+                   const int64_t V = model->config().vocab_size;
+                   ASSERT_EQ(int64_t(ref_logits.size()), int64_t(prompt.size()) * V);
+                   auto cache = model->make_cache(64);
+                   GenerateOptions opt;
+                   opt.max_tokens = int64_t(greedy.size());
+                   const auto r = generate(*model, *cache, prompt, opt, tp.rank() == 0 ? &tok : nullptr, nullptr);
+                   std::vector<float> dumped;
+                   perplexity(*model, prompt, int64_t(prompt.size()), [&](int64_t, const Tensor& logits) {
+                     dumped = gather_vocab_shards(logits, model->vocab_range(), V, tp).to_vector();
+                   });
+                   std::lock_guard<std::mutex> lk(mu);
+                   EXPECT_EQ(r.tokens, greedy) << "tp " << n << " rank " << tp.rank();
+                   EXPECT_LT(testing::max_abs_diff(dumped, ref_logits), 1e-4) << "tp " << n;
+                 });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, FixtureGenerate, ::testing::Values("llama_gqa", "llama_odd", "qwen2_bias", "gpt2"));
+
+}  // namespace
+}  // namespace tensorpar
