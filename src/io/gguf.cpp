@@ -23,8 +23,8 @@ class Reader {
   const std::string& name() const { return name_; }
 
   void need(int64_t n, const char* what) const {
-    TP_CHECK(n >= 0 && n <= left(), "[load_gguf] '", name_, "' is truncated: reading ", what, " at offset ",
-             pos_, " needs ", n, " bytes, ", left(), " left");
+    TP_CHECK(n >= 0 && n <= left(), "[load_gguf] '", name_, "' is truncated: reading ", what,
+             " at offset ", pos_, " needs ", n, " bytes, ", left(), " left");
   }
   template <typename T>
   T pod(const char* what) {
@@ -36,8 +36,8 @@ class Reader {
   }
   std::string str(const char* what) {
     const uint64_t n = pod<uint64_t>(what);
-    TP_CHECK(n <= uint64_t(left()), "[load_gguf] '", name_, "': ", what, " length ", n, " at offset ",
-             pos_ - 8, " exceeds the ", left(), " bytes left in the file");
+    TP_CHECK(n <= uint64_t(left()), "[load_gguf] '", name_, "': ", what, " length ", n,
+             " at offset ", pos_ - 8, " exceeds the ", left(), " bytes left in the file");
     std::string s(reinterpret_cast<const char*>(b_.data() + pos_), size_t(n));
     pos_ += int64_t(n);
     return s;
@@ -49,8 +49,9 @@ class Reader {
   }
   // A count of elements that take at least min_size bytes each must fit in what is left.
   int64_t count(uint64_t n, int64_t min_size, const char* what) const {
-    TP_CHECK(n <= uint64_t(left()) / uint64_t(min_size), "[load_gguf] '", name_, "': ", what, " count ", n,
-             " at offset ", pos_, " cannot fit in the ", left(), " bytes left in the file");
+    TP_CHECK(n <= uint64_t(left()) / uint64_t(min_size), "[load_gguf] '", name_, "': ", what,
+             " count ", n, " at offset ", pos_, " cannot fit in the ", left(),
+             " bytes left in the file");
     return int64_t(n);
   }
 
@@ -62,8 +63,8 @@ class Reader {
 
 GgufType read_type(Reader& r, const char* what) {
   const uint32_t t = r.pod<uint32_t>(what);
-  TP_CHECK(t <= uint32_t(GgufType::kF64), "[load_gguf] '", r.name(), "': unknown metadata value type ", t,
-           " at offset ", r.pos() - 4, ", expected 0..12");
+  TP_CHECK(t <= uint32_t(GgufType::kF64), "[load_gguf] '", r.name(),
+           "': unknown metadata value type ", t, " at offset ", r.pos() - 4, ", expected 0..12");
   return GgufType(t);
 }
 
@@ -79,19 +80,45 @@ void read_array(Reader& r, GgufArray& a, int depth);
 void read_value(Reader& r, GgufType t, GgufValue& v, int depth) {
   v.type = t;
   switch (t) {
-    case GgufType::kU8: v.u = r.pod<uint8_t>("u8"); break;
-    case GgufType::kI8: v.i = r.pod<int8_t>("i8"); break;
-    case GgufType::kU16: v.u = r.pod<uint16_t>("u16"); break;
-    case GgufType::kI16: v.i = r.pod<int16_t>("i16"); break;
-    case GgufType::kU32: v.u = r.pod<uint32_t>("u32"); break;
-    case GgufType::kI32: v.i = r.pod<int32_t>("i32"); break;
-    case GgufType::kU64: v.u = r.pod<uint64_t>("u64"); break;
-    case GgufType::kI64: v.i = r.pod<int64_t>("i64"); break;
-    case GgufType::kF32: v.f = r.pod<float>("f32"); break;
-    case GgufType::kF64: v.f = r.pod<double>("f64"); break;
-    case GgufType::kBool: v.u = r.pod<uint8_t>("bool") ? 1 : 0; break;
-    case GgufType::kString: v.str = r.str("string value"); break;
-    case GgufType::kArray: read_array(r, v.array, depth + 1); break;
+    case GgufType::kU8:
+      v.u = r.pod<uint8_t>("u8");
+      break;
+    case GgufType::kI8:
+      v.i = r.pod<int8_t>("i8");
+      break;
+    case GgufType::kU16:
+      v.u = r.pod<uint16_t>("u16");
+      break;
+    case GgufType::kI16:
+      v.i = r.pod<int16_t>("i16");
+      break;
+    case GgufType::kU32:
+      v.u = r.pod<uint32_t>("u32");
+      break;
+    case GgufType::kI32:
+      v.i = r.pod<int32_t>("i32");
+      break;
+    case GgufType::kU64:
+      v.u = r.pod<uint64_t>("u64");
+      break;
+    case GgufType::kI64:
+      v.i = r.pod<int64_t>("i64");
+      break;
+    case GgufType::kF32:
+      v.f = r.pod<float>("f32");
+      break;
+    case GgufType::kF64:
+      v.f = r.pod<double>("f64");
+      break;
+    case GgufType::kBool:
+      v.u = r.pod<uint8_t>("bool") ? 1 : 0;
+      break;
+    case GgufType::kString:
+      v.str = r.str("string value");
+      break;
+    case GgufType::kArray:
+      read_array(r, v.array, depth + 1);
+      break;
   }
 }
 
@@ -140,8 +167,9 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
     h.metadata.add(std::move(key), std::move(v));
   }
   if (const GgufValue* a = h.metadata.find("general.alignment")) {
-    TP_CHECK(a->type == GgufType::kU32 && a->u != 0 && (a->u & (a->u - 1)) == 0, "[load_gguf] '", name,
-             "': general.alignment must be a u32 power of two, got ", GgufMetadata::describe(*a));
+    TP_CHECK(a->type == GgufType::kU32 && a->u != 0 && (a->u & (a->u - 1)) == 0, "[load_gguf] '",
+             name, "': general.alignment must be a u32 power of two, got ",
+             GgufMetadata::describe(*a));
     h.alignment = uint32_t(a->u);
   }
 
@@ -152,12 +180,12 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
     GgufTensorInfo t;
     t.name = r.str("tensor name");
     const uint32_t nd = r.pod<uint32_t>("tensor n_dims");
-    TP_CHECK(nd >= 1 && nd <= kMaxDims, "[load_gguf] '", name, "': tensor '", t.name, "' has n_dims ", nd,
-             ", expected 1..", kMaxDims);
+    TP_CHECK(nd >= 1 && nd <= kMaxDims, "[load_gguf] '", name, "': tensor '", t.name,
+             "' has n_dims ", nd, ", expected 1..", kMaxDims);
     for (uint32_t d = 0; d < nd; ++d) {
       const uint64_t dim = r.pod<uint64_t>("tensor dim");
-      TP_CHECK(dim <= uint64_t(std::numeric_limits<int64_t>::max()), "[load_gguf] '", name, "': tensor '",
-               t.name, "' dim ", d, " is ", dim, ", too large");
+      TP_CHECK(dim <= uint64_t(std::numeric_limits<int64_t>::max()), "[load_gguf] '", name,
+               "': tensor '", t.name, "' dim ", d, " is ", dim, ", too large");
       t.dims.push_back(int64_t(dim));
     }
     t.shape.assign(t.dims.rbegin(), t.dims.rend());
@@ -167,8 +195,8 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
     TP_CHECK(t.format, "[load_gguf] '", name, "': tensor '", t.name, "' has unknown ggml type ",
              t.ggml_type);
     TP_CHECK(t.dims[0] % t.format->block_elems == 0, "[load_gguf] '", name, "': tensor '", t.name,
-             "' of type ", t.format->name, " has contiguous dim ", t.dims[0], ", not a multiple of its ",
-             t.format->block_elems, "-element blocks");
+             "' of type ", t.format->name, " has contiguous dim ", t.dims[0],
+             ", not a multiple of its ", t.format->block_elems, "-element blocks");
     t.nbytes = checked_mul(numel / t.format->block_elems, t.format->block_bytes, "load_gguf");
     const uint64_t off = r.pod<uint64_t>("tensor offset");
     TP_CHECK(off % h.alignment == 0 && off <= uint64_t(std::numeric_limits<int64_t>::max()),
@@ -185,7 +213,8 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
   const int64_t size = int64_t(file.size());
   std::vector<const GgufTensorInfo*> by_offset;
   for (const auto& t : h.tensors) {
-    const int64_t end = checked_add(checked_add(h.data_start, t.offset, "load_gguf"), t.nbytes, "load_gguf");
+    const int64_t end =
+        checked_add(checked_add(h.data_start, t.offset, "load_gguf"), t.nbytes, "load_gguf");
     TP_CHECK(end <= size, "[load_gguf] '", name, "': tensor '", t.name, "' ", t.format->name,
              shape_str(t.shape), " occupies [", h.data_start + t.offset, ", ", end,
              ") past the end of the file (", size, " bytes; truncated?)");
@@ -196,9 +225,9 @@ GgufHeader parse_gguf(std::span<const std::byte> file, const std::string& name) 
   for (size_t k = 1; k < by_offset.size(); ++k) {
     const GgufTensorInfo& a = *by_offset[k - 1];
     const GgufTensorInfo& b = *by_offset[k];
-    TP_CHECK(a.offset + a.nbytes <= b.offset || a.nbytes == 0 || b.nbytes == 0, "[load_gguf] '", name,
-             "': tensors '", a.name, "' [", a.offset, ", ", a.offset + a.nbytes, ") and '", b.name,
-             "' [", b.offset, ", ", b.offset + b.nbytes, ") overlap");
+    TP_CHECK(a.offset + a.nbytes <= b.offset || a.nbytes == 0 || b.nbytes == 0, "[load_gguf] '",
+             name, "': tensors '", a.name, "' [", a.offset, ", ", a.offset + a.nbytes, ") and '",
+             b.name, "' [", b.offset, ", ", b.offset + b.nbytes, ") overlap");
   }
   return h;
 }
@@ -220,8 +249,9 @@ const GgufTensorInfo* GgufFile::gguf_tensor(std::string_view name) const {
 }
 
 TensorInfo GgufFile::info_of(const GgufTensorInfo& t) const {
-  return TensorInfo{t.name, t.shape, t.format->name, t.format->dtype, header_.data_start + t.offset,
-                    t.nbytes, file_->path()};
+  return TensorInfo{
+      t.name,   t.shape,      t.format->name, t.format->dtype, header_.data_start + t.offset,
+      t.nbytes, file_->path()};
 }
 
 std::vector<TensorInfo> GgufFile::tensors() const {
@@ -239,8 +269,9 @@ std::optional<TensorInfo> GgufFile::find(std::string_view name) const {
 StoredTensor GgufFile::stored(std::string_view name) const {
   const GgufTensorInfo* t = gguf_tensor(name);
   TP_CHECK(t, "[GgufFile] tensor '", name, "' not found in '", file_->path(), "'");
-  return StoredTensor{t->name, file_->path(), t->shape, t->format,
-                      file_->data() + header_.data_start + t->offset, t->nbytes, file_};
+  return StoredTensor{
+      t->name,   file_->path(), t->shape, t->format, file_->data() + header_.data_start + t->offset,
+      t->nbytes, file_};
 }
 
 }  // namespace tensorpar

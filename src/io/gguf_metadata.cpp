@@ -17,7 +17,9 @@ bool is_unsigned(GgufType t) {
 bool is_signed(GgufType t) {
   return t == GgufType::kI8 || t == GgufType::kI16 || t == GgufType::kI32 || t == GgufType::kI64;
 }
-bool is_float(GgufType t) { return t == GgufType::kF32 || t == GgufType::kF64; }
+bool is_float(GgufType t) {
+  return t == GgufType::kF32 || t == GgufType::kF64;
+}
 
 // Element k of a numeric array as a double-free exact integer (unsigned in u, signed in i).
 template <typename T>
@@ -38,18 +40,38 @@ struct Num {
 Num element(const GgufArray& a, int64_t k) {
   const std::byte* p = a.raw.data() + k * gguf_scalar_size(a.elem_type);
   switch (a.elem_type) {
-    case GgufType::kU8: return {true, false, load<uint8_t>(p), 0, 0};
-    case GgufType::kU16: return {true, false, load<uint16_t>(p), 0, 0};
-    case GgufType::kU32: return {true, false, load<uint32_t>(p), 0, 0};
-    case GgufType::kU64: return {true, false, load<uint64_t>(p), 0, 0};
-    case GgufType::kI8: { const int64_t v = load<int8_t>(p); return {true, v < 0, uint64_t(v), v, 0}; }
-    case GgufType::kI16: { const int64_t v = load<int16_t>(p); return {true, v < 0, uint64_t(v), v, 0}; }
-    case GgufType::kI32: { const int64_t v = load<int32_t>(p); return {true, v < 0, uint64_t(v), v, 0}; }
-    case GgufType::kI64: { const int64_t v = load<int64_t>(p); return {true, v < 0, uint64_t(v), v, 0}; }
-    case GgufType::kF32: return {false, false, 0, 0, double(load<float>(p))};
-    case GgufType::kF64: return {false, false, 0, 0, load<double>(p)};
-    case GgufType::kBool: return {true, false, load<uint8_t>(p) ? 1u : 0u, 0, 0};
-    default: return {false, false, 0, 0, 0};
+    case GgufType::kU8:
+      return {true, false, load<uint8_t>(p), 0, 0};
+    case GgufType::kU16:
+      return {true, false, load<uint16_t>(p), 0, 0};
+    case GgufType::kU32:
+      return {true, false, load<uint32_t>(p), 0, 0};
+    case GgufType::kU64:
+      return {true, false, load<uint64_t>(p), 0, 0};
+    case GgufType::kI8: {
+      const int64_t v = load<int8_t>(p);
+      return {true, v < 0, uint64_t(v), v, 0};
+    }
+    case GgufType::kI16: {
+      const int64_t v = load<int16_t>(p);
+      return {true, v < 0, uint64_t(v), v, 0};
+    }
+    case GgufType::kI32: {
+      const int64_t v = load<int32_t>(p);
+      return {true, v < 0, uint64_t(v), v, 0};
+    }
+    case GgufType::kI64: {
+      const int64_t v = load<int64_t>(p);
+      return {true, v < 0, uint64_t(v), v, 0};
+    }
+    case GgufType::kF32:
+      return {false, false, 0, 0, double(load<float>(p))};
+    case GgufType::kF64:
+      return {false, false, 0, 0, load<double>(p)};
+    case GgufType::kBool:
+      return {true, false, load<uint8_t>(p) ? 1u : 0u, 0, 0};
+    default:
+      return {false, false, 0, 0, 0};
   }
 }
 
@@ -57,30 +79,55 @@ Num element(const GgufArray& a, int64_t k) {
 
 std::string_view gguf_type_name(GgufType t) {
   switch (t) {
-    case GgufType::kU8: return "u8";
-    case GgufType::kI8: return "i8";
-    case GgufType::kU16: return "u16";
-    case GgufType::kI16: return "i16";
-    case GgufType::kU32: return "u32";
-    case GgufType::kI32: return "i32";
-    case GgufType::kF32: return "f32";
-    case GgufType::kBool: return "bool";
-    case GgufType::kString: return "string";
-    case GgufType::kArray: return "array";
-    case GgufType::kU64: return "u64";
-    case GgufType::kI64: return "i64";
-    case GgufType::kF64: return "f64";
+    case GgufType::kU8:
+      return "u8";
+    case GgufType::kI8:
+      return "i8";
+    case GgufType::kU16:
+      return "u16";
+    case GgufType::kI16:
+      return "i16";
+    case GgufType::kU32:
+      return "u32";
+    case GgufType::kI32:
+      return "i32";
+    case GgufType::kF32:
+      return "f32";
+    case GgufType::kBool:
+      return "bool";
+    case GgufType::kString:
+      return "string";
+    case GgufType::kArray:
+      return "array";
+    case GgufType::kU64:
+      return "u64";
+    case GgufType::kI64:
+      return "i64";
+    case GgufType::kF64:
+      return "f64";
   }
   return "?";
 }
 
 int64_t gguf_scalar_size(GgufType t) {
   switch (t) {
-    case GgufType::kU8: case GgufType::kI8: case GgufType::kBool: return 1;
-    case GgufType::kU16: case GgufType::kI16: return 2;
-    case GgufType::kU32: case GgufType::kI32: case GgufType::kF32: return 4;
-    case GgufType::kU64: case GgufType::kI64: case GgufType::kF64: return 8;
-    default: return 0;
+    case GgufType::kU8:
+    case GgufType::kI8:
+    case GgufType::kBool:
+      return 1;
+    case GgufType::kU16:
+    case GgufType::kI16:
+      return 2;
+    case GgufType::kU32:
+    case GgufType::kI32:
+    case GgufType::kF32:
+      return 4;
+    case GgufType::kU64:
+    case GgufType::kI64:
+    case GgufType::kF64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
@@ -123,7 +170,8 @@ template <typename T>
 std::vector<T> get_num_array(const GgufValue& v, std::string_view key, const std::string& file,
                              const char* want, bool allow_float) {
   TP_CHECK(v.type == GgufType::kArray && gguf_scalar_size(v.array.elem_type) > 0 &&
-               v.array.elem_type != GgufType::kBool && (allow_float || !is_float(v.array.elem_type)),
+               v.array.elem_type != GgufType::kBool &&
+               (allow_float || !is_float(v.array.elem_type)),
            "[GgufMetadata] key '", key, "' in '", file, "': got ", GgufMetadata::describe(v),
            ", expected an array of ", want);
   std::vector<T> out(size_t(v.array.count));
@@ -143,10 +191,18 @@ std::vector<T> get_num_array(const GgufValue& v, std::string_view key, const std
 }
 }  // namespace
 
-uint32_t GgufMetadata::get_u32(std::string_view key) const { return get_int<uint32_t>(get(key, "u32"), key, file_, "u32"); }
-uint64_t GgufMetadata::get_u64(std::string_view key) const { return get_int<uint64_t>(get(key, "u64"), key, file_, "u64"); }
-int32_t GgufMetadata::get_i32(std::string_view key) const { return get_int<int32_t>(get(key, "i32"), key, file_, "i32"); }
-int64_t GgufMetadata::get_i64(std::string_view key) const { return get_int<int64_t>(get(key, "i64"), key, file_, "i64"); }
+uint32_t GgufMetadata::get_u32(std::string_view key) const {
+  return get_int<uint32_t>(get(key, "u32"), key, file_, "u32");
+}
+uint64_t GgufMetadata::get_u64(std::string_view key) const {
+  return get_int<uint64_t>(get(key, "u64"), key, file_, "u64");
+}
+int32_t GgufMetadata::get_i32(std::string_view key) const {
+  return get_int<int32_t>(get(key, "i32"), key, file_, "i32");
+}
+int64_t GgufMetadata::get_i64(std::string_view key) const {
+  return get_int<int64_t>(get(key, "i64"), key, file_, "i64");
+}
 
 double GgufMetadata::get_f64(std::string_view key) const {
   const GgufValue& v = get(key, "float");
@@ -154,7 +210,9 @@ double GgufMetadata::get_f64(std::string_view key) const {
            ", expected f32 or f64");
   return v.f;
 }
-float GgufMetadata::get_f32(std::string_view key) const { return float(get_f64(key)); }
+float GgufMetadata::get_f32(std::string_view key) const {
+  return float(get_f64(key));
+}
 
 bool GgufMetadata::get_bool(std::string_view key) const {
   const GgufValue& v = get(key, "bool");
@@ -172,8 +230,9 @@ const std::string& GgufMetadata::get_string(std::string_view key) const {
 
 const std::vector<std::string>& GgufMetadata::get_string_array(std::string_view key) const {
   const GgufValue& v = get(key, "string array");
-  TP_CHECK(v.type == GgufType::kArray && v.array.elem_type == GgufType::kString, "[GgufMetadata] key '",
-           key, "' in '", file_, "': got ", describe(v), ", expected an array of strings");
+  TP_CHECK(v.type == GgufType::kArray && v.array.elem_type == GgufType::kString,
+           "[GgufMetadata] key '", key, "' in '", file_, "': got ", describe(v),
+           ", expected an array of strings");
   return v.array.strings;
 }
 
@@ -207,17 +266,25 @@ std::string GgufMetadata::describe(const GgufValue& v) {
           os << "array[" << a.arrays[size_t(k)].count << "]";
         } else {
           const Num n = element(a, k);
-          if (n.is_int) os << (n.neg ? std::to_string(n.i) : std::to_string(n.u));
-          else os << n.f;
+          if (n.is_int)
+            os << (n.neg ? std::to_string(n.i) : std::to_string(n.u));
+          else
+            os << n.f;
         }
       }
       if (show > 0) os << (a.count > show ? ", ...}" : "}");
       break;
     }
-    case GgufType::kBool: os << "bool " << (v.u ? "true" : "false"); break;
-    case GgufType::kF32: case GgufType::kF64: os << gguf_type_name(v.type) << " " << v.f; break;
+    case GgufType::kBool:
+      os << "bool " << (v.u ? "true" : "false");
+      break;
+    case GgufType::kF32:
+    case GgufType::kF64:
+      os << gguf_type_name(v.type) << " " << v.f;
+      break;
     default:
-      os << gguf_type_name(v.type) << " " << (is_signed(v.type) ? std::to_string(v.i) : std::to_string(v.u));
+      os << gguf_type_name(v.type) << " "
+         << (is_signed(v.type) ? std::to_string(v.i) : std::to_string(v.u));
   }
   return os.str();
 }

@@ -14,8 +14,19 @@
 namespace tensorpar {
 
 enum class GgufType : uint32_t {
-  kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32 = 6, kBool = 7, kString = 8,
-  kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
+  kU8 = 0,
+  kI8 = 1,
+  kU16 = 2,
+  kI16 = 3,
+  kU32 = 4,
+  kI32 = 5,
+  kF32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kU64 = 10,
+  kI64 = 11,
+  kF64 = 12,
 };
 std::string_view gguf_type_name(GgufType t);  // "u32", "string", "array", ...
 // Bytes of one scalar of a numeric or bool type; 0 for string and array.
@@ -64,7 +75,9 @@ class GgufMetadata {
   std::vector<int64_t> get_i64_array(std::string_view key) const;
   std::vector<float> get_f32_array(std::string_view key) const;
 
-  uint32_t get_u32_or(std::string_view key, uint32_t def) const { return has(key) ? get_u32(key) : def; }
+  uint32_t get_u32_or(std::string_view key, uint32_t def) const {
+    return has(key) ? get_u32(key) : def;
+  }
   float get_f32_or(std::string_view key, float def) const { return has(key) ? get_f32(key) : def; }
   bool get_bool_or(std::string_view key, bool def) const { return has(key) ? get_bool(key) : def; }
   std::string get_string_or(std::string_view key, std::string def) const {

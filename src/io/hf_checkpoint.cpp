@@ -25,26 +25,27 @@ std::shared_ptr<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
     } catch (const nlohmann::json::exception& e) {
       TP_CHECK(false, "[HfCheckpoint] '", index.string(), "' is not valid JSON: ", e.what());
     }
-    TP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(), "[HfCheckpoint] '",
-             index.string(), "' has no weight_map object");
+    TP_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+             "[HfCheckpoint] '", index.string(), "' has no weight_map object");
     if (j.contains("metadata") && j["metadata"].is_object())
       for (auto it = j["metadata"].begin(); it != j["metadata"].end(); ++it)
-        c->index_metadata_[it.key()] = it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
+        c->index_metadata_[it.key()] =
+            it.value().is_string() ? it.value().get<std::string>() : it.value().dump();
     std::map<std::string, size_t> file_idx;
     for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-      TP_CHECK(it.value().is_string(), "[HfCheckpoint] '", index.string(), "': weight_map entry of '",
-               it.key(), "' is not a file name");
+      TP_CHECK(it.value().is_string(), "[HfCheckpoint] '", index.string(),
+               "': weight_map entry of '", it.key(), "' is not a file name");
       const std::string f = it.value().get<std::string>();
-      TP_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", "[HfCheckpoint] '",
-               index.string(), "': shard name '", f, "' of tensor '", it.key(),
+      TP_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+               "[HfCheckpoint] '", index.string(), "': shard name '", f, "' of tensor '", it.key(),
                "' is not a plain file name inside the directory");
       auto [fit, added] = file_idx.emplace(f, c->files_.size());
       if (added) c->files_.push_back((fs::path(dir) / f).string());
       c->weight_map_[it.key()] = fit->second;
     }
     for (const auto& f : c->files_)
-      TP_CHECK(fs::is_regular_file(f, ec), "[HfCheckpoint] shard '", f, "' named by '", index.string(),
-               "' does not exist");
+      TP_CHECK(fs::is_regular_file(f, ec), "[HfCheckpoint] shard '", f, "' named by '",
+               index.string(), "' does not exist");
     c->shards_.resize(c->files_.size());
   } else {
     TP_CHECK(fs::exists(single, ec), "[HfCheckpoint] '", dir,
@@ -86,12 +87,13 @@ StoredTensor HfCheckpoint::stored(std::string_view name) const {
   if (i < 0) {
     std::ostringstream files;
     for (size_t k = 0; k < files_.size(); ++k) files << (k ? ", " : "") << files_[k];
-    TP_CHECK(false, "[HfCheckpoint] tensor '", name, "' not found in '", dir_, "' (searched: ",
-             files.str(), ")");
+    TP_CHECK(false, "[HfCheckpoint] tensor '", name, "' not found in '", dir_,
+             "' (searched: ", files.str(), ")");
   }
   const SafetensorsFile& s = shard(size_t(i));
-  TP_CHECK(s.find(name).has_value(), "[HfCheckpoint] tensor '", name, "' is mapped by the index to '",
-           files_[size_t(i)], "' but that file does not contain it");
+  TP_CHECK(s.find(name).has_value(), "[HfCheckpoint] tensor '", name,
+           "' is mapped by the index to '", files_[size_t(i)],
+           "' but that file does not contain it");
   return s.stored(name);
 }
 

@@ -36,7 +36,7 @@ class HfCheckpoint final : public TensorStore {
   int64_t shard_of(std::string_view name) const;
 
   std::string dir_;
-  std::vector<std::string> files_;  // full paths
+  std::vector<std::string> files_;                         // full paths
   std::map<std::string, size_t, std::less<>> weight_map_;  // tensor -> files_ index
   std::map<std::string, std::string> index_metadata_;
   mutable std::mutex mu_;

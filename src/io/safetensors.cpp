@@ -28,19 +28,20 @@ constexpr int kMaxJsonDepth = 16;
 
 int64_t json_nonneg_int(const nlohmann::json& v, const std::string& file, const std::string& tensor,
                         const char* field) {
-  TP_CHECK(v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
-           "[load_safetensors] '", file, "': tensor '", tensor, "' has a bad ", field, " entry: got ",
-           v.dump(), ", expected a non-negative integer");
+  TP_CHECK(
+      v.is_number_unsigned() && v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max()),
+      "[load_safetensors] '", file, "': tensor '", tensor, "' has a bad ", field, " entry: got ",
+      v.dump(), ", expected a non-negative integer");
   return int64_t(v.get<uint64_t>());
 }
 
 }  // namespace
 
 const StoredFormat* safetensors_format(std::string_view dtype) {
-  static const StoredFormat* const all[] = {&kStoredF64, &kStoredF32, &kStoredF16, &kStoredBF16,
-                                            &kStoredI64, &kStoredI32, &kStoredI16, &kStoredI8,
-                                            &kStoredU8, &kStoredU16, &kStoredU32, &kStoredU64,
-                                            &kStoredBool, &kStoredF8E4M3, &kStoredF8E5M2, &kStoredF8E8M0};
+  static const StoredFormat* const all[] = {
+      &kStoredF64,  &kStoredF32,    &kStoredF16,    &kStoredBF16,  &kStoredI64, &kStoredI32,
+      &kStoredI16,  &kStoredI8,     &kStoredU8,     &kStoredU16,   &kStoredU32, &kStoredU64,
+      &kStoredBool, &kStoredF8E4M3, &kStoredF8E5M2, &kStoredF8E8M0};
   for (const StoredFormat* f : all)
     if (dtype == f->name) return f;
   return nullptr;
@@ -52,8 +53,8 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
            " bytes, expected at least 8 for the header length");
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);  // little-endian hosts only (x86-64, aarch64)
-  TP_CHECK(n <= uint64_t(kSafetensorsMaxHeader), "[load_safetensors] '", name, "': header length ", n,
-           " exceeds the limit of ", kSafetensorsMaxHeader, " bytes");
+  TP_CHECK(n <= uint64_t(kSafetensorsMaxHeader), "[load_safetensors] '", name, "': header length ",
+           n, " exceeds the limit of ", kSafetensorsMaxHeader, " bytes");
   TP_CHECK(int64_t(n) <= size - 8, "[load_safetensors] '", name, "': header length ", n,
            " exceeds file size ", size);
   SafetensorsHeader h;
@@ -64,11 +65,12 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
 
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text, text + n, [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-      TP_CHECK(depth <= kMaxJsonDepth, "[load_safetensors] '", name, "': header JSON nested deeper than ",
-               kMaxJsonDepth);
-      return true;
-    });
+    j = nlohmann::json::parse(text, text + n,
+                              [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+                                TP_CHECK(depth <= kMaxJsonDepth, "[load_safetensors] '", name,
+                                         "': header JSON nested deeper than ", kMaxJsonDepth);
+                                return true;
+                              });
   } catch (const nlohmann::json::exception& e) {
     TP_CHECK(false, "[load_safetensors] '", name, "': header is not valid JSON: ", e.what());
   }
@@ -90,13 +92,15 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
     const auto dt = v.find("dtype"), sh = v.find("shape"), off = v.find("data_offsets");
     TP_CHECK(dt != v.end() && sh != v.end() && off != v.end(), "[load_safetensors] '", name,
              "': tensor '", key, "' lacks dtype, shape or data_offsets");
-    TP_CHECK(dt->is_string(), "[load_safetensors] '", name, "': tensor '", key, "' dtype is not a string");
+    TP_CHECK(dt->is_string(), "[load_safetensors] '", name, "': tensor '", key,
+             "' dtype is not a string");
     SafetensorsEntry e;
     e.name = key;
     e.format = safetensors_format(dt->get<std::string>());
     TP_CHECK(e.format, "[load_safetensors] '", name, "': tensor '", key, "' has unknown dtype '",
              dt->get<std::string>(), "'");
-    TP_CHECK(sh->is_array(), "[load_safetensors] '", name, "': tensor '", key, "' shape is not an array");
+    TP_CHECK(sh->is_array(), "[load_safetensors] '", name, "': tensor '", key,
+             "' shape is not an array");
     for (const auto& d : *sh) e.shape.push_back(json_nonneg_int(d, name, key, "shape"));
     TP_CHECK(off->is_array() && off->size() == 2, "[load_safetensors] '", name, "': tensor '", key,
              "' data_offsets is not [begin, end]");
@@ -106,14 +110,15 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
   }
 
   // Offsets must tile [0, data size) in order: contiguous, no overlap, no gap, no slack.
-  std::sort(h.entries.begin(), h.entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(h.entries.begin(), h.entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   const int64_t data_size = size - h.data_start;
   int64_t pos = 0;
   for (const SafetensorsEntry& e : h.entries) {
-    TP_CHECK(e.begin == pos && e.end >= e.begin, "[load_safetensors] '", name, "': tensor '", e.name,
-             "' has data_offsets [", e.begin, ", ", e.end, "], expected to begin at ", pos,
+    TP_CHECK(e.begin == pos && e.end >= e.begin, "[load_safetensors] '", name, "': tensor '",
+             e.name, "' has data_offsets [", e.begin, ", ", e.end, "], expected to begin at ", pos,
              " (offsets must be contiguous and non-overlapping)");
     TP_CHECK(e.end <= data_size, "[load_safetensors] '", name, "': tensor '", e.name, "' ends at ",
              e.end, ", past the data section of ", data_size, " bytes (file truncated?)");
@@ -141,8 +146,9 @@ SafetensorsFile::SafetensorsFile(std::shared_ptr<MappedFile> file, SafetensorsHe
 }
 
 TensorInfo SafetensorsFile::info_of(const SafetensorsEntry& e) const {
-  return TensorInfo{e.name, e.shape, e.format->name, e.format->dtype, header_.data_start + e.begin,
-                    e.end - e.begin, file_->path()};
+  return TensorInfo{
+      e.name,          e.shape,      e.format->name, e.format->dtype, header_.data_start + e.begin,
+      e.end - e.begin, file_->path()};
 }
 
 std::vector<TensorInfo> SafetensorsFile::tensors() const {
@@ -159,10 +165,16 @@ std::optional<TensorInfo> SafetensorsFile::find(std::string_view name) const {
 
 StoredTensor SafetensorsFile::stored(std::string_view name) const {
   auto it = index_.find(name);
-  TP_CHECK(it != index_.end(), "[SafetensorsFile] tensor '", name, "' not found in '", file_->path(), "'");
+  TP_CHECK(it != index_.end(), "[SafetensorsFile] tensor '", name, "' not found in '",
+           file_->path(), "'");
   const SafetensorsEntry& e = header_.entries[it->second];
-  return StoredTensor{e.name, file_->path(), e.shape, e.format,
-                      file_->data() + header_.data_start + e.begin, e.end - e.begin, file_};
+  return StoredTensor{e.name,
+                      file_->path(),
+                      e.shape,
+                      e.format,
+                      file_->data() + header_.data_start + e.begin,
+                      e.end - e.begin,
+                      file_};
 }
 
 }  // namespace tensorpar

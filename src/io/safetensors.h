@@ -24,9 +24,9 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  int64_t data_start = 0;                         // 8 + header length
-  std::vector<SafetensorsEntry> entries;          // in data order
-  std::map<std::string, std::string> metadata;    // __metadata__
+  int64_t data_start = 0;                       // 8 + header length
+  std::vector<SafetensorsEntry> entries;        // in data order
+  std::map<std::string, std::string> metadata;  // __metadata__
 };
 
 // Parses and validates the header of a whole safetensors file held in `file` (header length,

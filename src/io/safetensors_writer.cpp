@@ -11,12 +11,18 @@ namespace tensorpar {
 
 std::string safetensors_dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kBF16: return "BF16";
-    case DType::kF16: return "F16";
-    case DType::kI32: return "I32";
-    case DType::kI64: return "I64";
-    case DType::kU8: return "U8";
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kI32:
+      return "I32";
+    case DType::kI64:
+      return "I64";
+    case DType::kU8:
+      return "U8";
     default:
       TP_CHECK(false, "[save_safetensors] dtype ", dtype_name(t),
                " has no safetensors equivalent (quantized blocks); convert to a float type first");
@@ -31,10 +37,10 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   std::set<std::string> names;
   int64_t pos = 0;
   for (const NamedTensor& nt : tensors) {
-    TP_CHECK(nt.name != "__metadata__" && names.insert(nt.name).second, "[save_safetensors] '", path,
-             "': tensor name '", nt.name, "' is reserved or repeated");
-    TP_CHECK(nt.tensor.defined() && nt.tensor.device() == Device::kCpu, "[save_safetensors] '", path,
-             "': tensor '", nt.name, "' is undefined or not on the CPU");
+    TP_CHECK(nt.name != "__metadata__" && names.insert(nt.name).second, "[save_safetensors] '",
+             path, "': tensor name '", nt.name, "' is reserved or repeated");
+    TP_CHECK(nt.tensor.defined() && nt.tensor.device() == Device::kCpu, "[save_safetensors] '",
+             path, "': tensor '", nt.name, "' is undefined or not on the CPU");
     const int64_t n = nt.tensor.nbytes();
     header[nt.name] = {{"dtype", safetensors_dtype_name(nt.tensor.dtype())},
                        {"shape", nt.tensor.shape()},

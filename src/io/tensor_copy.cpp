@@ -12,7 +12,9 @@
 namespace tensorpar {
 namespace {
 
-void decode_f32(float* out, const std::byte* src, int64_t n) { std::memcpy(out, src, size_t(n) * 4); }
+void decode_f32(float* out, const std::byte* src, int64_t n) {
+  std::memcpy(out, src, size_t(n) * 4);
+}
 void decode_f16(float* out, const std::byte* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     f16 h;
@@ -34,14 +36,22 @@ void decode_f64(float* out, const std::byte* src, int64_t n) {
     out[i] = float(d);
   }
 }
-void decode_q8_0(float* out, const std::byte* src, int64_t n) { dequantize_row(out, src, DType::kQ8_0, n); }
-void decode_q4_0(float* out, const std::byte* src, int64_t n) { dequantize_row(out, src, DType::kQ4_0, n); }
-void decode_q4_1(float* out, const std::byte* src, int64_t n) { dequantize_row(out, src, DType::kQ4_1, n); }
+void decode_q8_0(float* out, const std::byte* src, int64_t n) {
+  dequantize_row(out, src, DType::kQ8_0, n);
+}
+void decode_q4_0(float* out, const std::byte* src, int64_t n) {
+  dequantize_row(out, src, DType::kQ4_0, n);
+}
+void decode_q4_1(float* out, const std::byte* src, int64_t n) {
+  dequantize_row(out, src, DType::kQ4_1, n);
+}
 
 // Writes n floats as dtype t at dst (a float type, or a block quant when n is whole blocks).
 void encode(std::byte* dst, DType t, const float* x, int64_t n) {
   switch (t) {
-    case DType::kF32: std::memcpy(dst, x, size_t(n) * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, x, size_t(n) * 4);
+      return;
     case DType::kBF16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t b = f32_to_bf16(x[i]).bits;
@@ -54,7 +64,9 @@ void encode(std::byte* dst, DType t, const float* x, int64_t n) {
         std::memcpy(dst + 2 * i, &b, 2);
       }
       return;
-    default: quantize_row(dst, x, t, n); return;
+    default:
+      quantize_row(dst, x, t, n);
+      return;
   }
 }
 
@@ -76,8 +88,10 @@ int64_t file_shape_numel(const Shape& shape, const char* where) {
   bool empty = false;
   for (int64_t d : shape) {
     TP_CHECK(d >= 0, "[", where, "] negative dim in shape ", shape_str(shape));
-    if (d == 0) empty = true;
-    else span = checked_mul(span, d, where);
+    if (d == 0)
+      empty = true;
+    else
+      span = checked_mul(span, d, where);
   }
   return empty ? 0 : span;
 }
@@ -101,14 +115,16 @@ Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
   const bool same = f.dtype == out;
   TP_CHECK(same || (f.decode && (dtype_is_float(out) || dtype_is_quantized(out))),
            "[copy_slice] tensor '", src.name, "' in '", src.file, "': cannot load ", f.name, " as ",
-           dtype_name(out), f.decode ? "" : ": this stored format is recognised but not supported for loading");
+           dtype_name(out),
+           f.decode ? "" : ": this stored format is recognised but not supported for loading");
 
   const int64_t numel = shape_numel(src.shape);
   const int64_t L = src.shape.back();  // elements per row
   TP_ASSERT(L == 0 || L % f.block_elems == 0, src.name);
   // An empty tensor has no bytes (and its other dims may be huge: no row-size math on it).
   TP_ASSERT(numel == 0 ? src.nbytes == 0
-                       : src.nbytes == checked_mul(numel / L, L / f.block_elems * f.block_bytes, "copy_slice"),
+                       : src.nbytes == checked_mul(numel / L, L / f.block_elems * f.block_bytes,
+                                                   "copy_slice"),
             src.name);
   Shape out_shape = src.shape;
   out_shape[size_t(dim)] = end - begin;
@@ -131,7 +147,8 @@ Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
     for (int d = 0; d < dim; ++d) outer *= src.shape[size_t(d)];
     for (int d = dim + 1; d < nd - 1; ++d) inner_rows *= src.shape[size_t(d)];
     const int64_t mid = src.shape[size_t(dim)];
-    for (int64_t o = 0; o < outer; ++o) runs.push_back({(o * mid + begin) * inner_rows, (end - begin) * inner_rows});
+    for (int64_t o = 0; o < outer; ++o)
+      runs.push_back({(o * mid + begin) * inner_rows, (end - begin) * inner_rows});
   }
   const int64_t be = f.block_elems;
   const int64_t src_row_bytes = L / be * f.block_bytes;
@@ -159,10 +176,17 @@ Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
   const int64_t b0 = c0 / be, b1 = (c1 + be - 1) / be;
   std::vector<float> tmp(size_t((b1 - b0) * be));
   const int64_t skip = c0 - b0 * be;
+  // f32 out over whole blocks: decode straight into the destination.
+  const bool direct = out == DType::kF32 && skip == 0 && c1 - c0 == (b1 - b0) * be;
   for (auto [row, count] : runs) {
     for (int64_t r = 0; r < count; ++r, dst += out_row_bytes) {
-      f.decode(tmp.data(), src.data + (row + r) * src_row_bytes + b0 * f.block_bytes, (b1 - b0) * be);
-      encode(dst, out, tmp.data() + skip, c1 - c0);
+      const std::byte* s = src.data + (row + r) * src_row_bytes + b0 * f.block_bytes;
+      if (direct) {
+        f.decode(reinterpret_cast<float*>(dst), s, c1 - c0);
+      } else {
+        f.decode(tmp.data(), s, (b1 - b0) * be);
+        encode(dst, out, tmp.data() + skip, c1 - c0);
+      }
     }
   }
   return t;

@@ -1,7 +1,9 @@
 // The TensorStore conveniences shared by every reader, and opening a weights path by its kind.
 #include "io/tensor_store.h"
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "io/gguf.h"
 #include "io/hf_checkpoint.h"
@@ -24,8 +26,9 @@ Tensor TensorStore::view(std::string_view name) const {
            "' is stored as ", s.format->name, ", which has no in-memory dtype; use read()");
   // Block structs hold f16 scales: 2-byte alignment is what they need.
   const int64_t align = s.format->block_elems > 1 ? 2 : s.format->block_bytes;
-  TP_CHECK(reinterpret_cast<uintptr_t>(s.data) % uintptr_t(align) == 0, "[TensorStore::view] tensor '",
-           s.name, "' in '", s.file, "' is not ", align, "-byte aligned in the file; use read()");
+  TP_CHECK(reinterpret_cast<uintptr_t>(s.data) % uintptr_t(align) == 0,
+           "[TensorStore::view] tensor '", s.name, "' in '", s.file, "' is not ", align,
+           "-byte aligned in the file; use read()");
   return Tensor::borrow(const_cast<std::byte*>(s.data), s.shape, *s.format->dtype,
                         std::const_pointer_cast<void>(s.keep_alive));
 }
@@ -37,9 +40,11 @@ std::shared_ptr<TensorStore> open_tensor_store(const std::string& path) {
   TP_CHECK(fs::exists(path, ec), "[open_tensor_store] '", path, "' does not exist");
   if (path.ends_with(".gguf")) return GgufFile::open(path);
   if (path.ends_with(".safetensors")) return SafetensorsFile::open(path);
-  TP_CHECK(false, "[open_tensor_store] '", path,
-           "': expected a .gguf file, a .safetensors file or a Hugging Face directory");
-  return nullptr;
+  // Any other name: GGUF files start with their magic; safetensors with a length, then '{'.
+  char magic[4] = {};
+  std::ifstream(path, std::ios::binary).read(magic, 4);
+  if (std::memcmp(magic, "GGUF", 4) == 0) return GgufFile::open(path);
+  return SafetensorsFile::open(path);
 }
 
 }  // namespace tensorpar

@@ -49,7 +49,8 @@ class TensorStore {
 };
 
 // Opens a .gguf file, a .safetensors file, or a Hugging Face directory (sharded with
-// model.safetensors.index.json, or a single model.safetensors).
+// model.safetensors.index.json, or a single model.safetensors); other file names are told
+// apart by the GGUF magic. Readers are immutable once open: share one across rank threads.
 std::shared_ptr<TensorStore> open_tensor_store(const std::string& path);
 
 }  // namespace tensorpar

@@ -1,10 +1,11 @@
 // GGUF: the fixture written by the Python gguf package (metadata of every type, tensors
 // compared with gguf.quants.dequantize), TP slices that keep blocks quantized, files built
 // byte by byte from the spec for every bad-input case, and the default model when present.
+#include "io/gguf.h"
+
 #include <cstring>
 #include <filesystem>
 
-#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "io_test_util.h"
 #include "test_util.h"
@@ -20,13 +21,17 @@ class Builder {
   Builder& u32(uint32_t v) { return put(&v, 4); }
   Builder& u64(uint64_t v) { return put(&v, 8); }
   Builder& u8(uint8_t v) { return put(&v, 1); }
-  Builder& str(const std::string& s) { u64(s.size()); return put(s.data(), s.size()); }
+  Builder& str(const std::string& s) {
+    u64(s.size());
+    return put(s.data(), s.size());
+  }
   Builder& header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
     put("GGUF", 4);
     return u32(version).u64(n_tensors).u64(n_kv);
   }
   Builder& kv_u32(const std::string& k, uint32_t v) { return str(k).u32(4).u32(v); }
-  Builder& tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, uint64_t offset) {
+  Builder& tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type,
+                  uint64_t offset) {
     str(name).u32(uint32_t(dims.size()));
     for (uint64_t d : dims) u64(d);
     return u32(type).u64(offset);
@@ -35,7 +40,10 @@ class Builder {
     while (b.size() % align) b.push_back(std::byte{0});
     return *this;
   }
-  Builder& zeros(size_t n) { b.resize(b.size() + n); return *this; }
+  Builder& zeros(size_t n) {
+    b.resize(b.size() + n);
+    return *this;
+  }
   Builder& put(const void* p, size_t n) {
     const auto* c = static_cast<const std::byte*>(p);
     b.insert(b.end(), c, c + n);
@@ -66,7 +74,10 @@ TEST(Gguf, FixtureMetadataOfEveryType) {
   EXPECT_EQ(m.get_f64("test.f64"), 2.25);
   EXPECT_TRUE(m.get_bool("test.bool"));
   EXPECT_EQ(m.get_string("test.string"), "h\xc3\xa9llo \xe2\x9c\x93");
-  EXPECT_EQ(m.get_string_array("test.tokens"), (std::vector<std::string>{"<s>", "</s>", "a", "\xc4\xa0" "b", ""}));
+  EXPECT_EQ(m.get_string_array("test.tokens"), (std::vector<std::string>{"<s>", "</s>", "a",
+                                                                         "\xc4\xa0"
+                                                                         "b",
+                                                                         ""}));
   EXPECT_EQ(m.get_i32_array("test.i32_array"), (std::vector<int32_t>{1, -2, 3, 1 << 30}));
   EXPECT_EQ(m.get_i64_array("test.i32_array"), (std::vector<int64_t>{1, -2, 3, 1 << 30}));
   EXPECT_EQ(m.get_f32_array("test.f32_array"), (std::vector<float>{0.5f, -1.25f, 3.0f}));
@@ -86,7 +97,8 @@ TEST(Gguf, FixtureMetadataOfEveryType) {
   expect_error([&] { m.get_f32("test.u8"); }, {"test.u8"});
   expect_error([&] { m.get_string_array("test.i32_array"); }, {"test.i32_array"});
   expect_error([&] { m.get_u32("llama.nope"); }, {"llama.nope", "not found", "tiny.gguf"});
-  EXPECT_NE(GgufMetadata::describe(*m.find("test.tokens")).find("array<string>[5]"), std::string::npos);
+  EXPECT_NE(GgufMetadata::describe(*m.find("test.tokens")).find("array<string>[5]"),
+            std::string::npos);
 }
 
 TEST(Gguf, FixtureTensorsMatchReferenceDequantization) {
@@ -111,7 +123,8 @@ TEST(Gguf, FixtureTensorsMatchReferenceDequantization) {
       const Tensor whole = ref->read(r.name);
       EXPECT_EQ(g->read_slice(r.name, 1, 100, 250, DType::kBF16).to_vector(),
                 whole.slice(1, 100, 250).to(DType::kBF16).to_vector());
-      EXPECT_EQ(g->read_slice(r.name, 0, 1, 2, DType::kF32).to_vector(), whole.slice(0, 1, 2).to_vector());
+      EXPECT_EQ(g->read_slice(r.name, 0, 1, 2, DType::kF32).to_vector(),
+                whole.slice(0, 1, 2).to_vector());
     }
   }
   EXPECT_EQ(g->gguf_tensor("q8_0.weight")->dims, (std::vector<int64_t>{96, 6}));
@@ -125,7 +138,8 @@ TEST(Gguf, FixtureTensorsMatchReferenceDequantization) {
 
 TEST(Gguf, TpSlicesKeepBlocksQuantized) {
   auto g = GgufFile::open(testing::fixture("tiny.gguf"));
-  for (const char* name : {"q8_0.weight", "q4_0.weight", "q4_1.weight", "f16.weight", "bf16.weight"}) {
+  for (const char* name :
+       {"q8_0.weight", "q4_0.weight", "q4_1.weight", "f16.weight", "bf16.weight"}) {
     SCOPED_TRACE(name);
     const Tensor whole = g->read(name, DType::kF32);
     const int64_t rows = whole.dim(0), cols = whole.dim(1);
@@ -152,7 +166,8 @@ TEST(Gguf, TpSlicesKeepBlocksQuantized) {
   // Converting a float tensor to a block quant on load.
   Tensor q = g->read("f16.weight", DType::kQ8_0);
   EXPECT_EQ(q.dtype(), DType::kQ8_0);
-  EXPECT_LT(testing::max_abs_diff(q.to_vector(), g->read("f16.weight", DType::kF32).to_vector()), 0.05);
+  EXPECT_LT(testing::max_abs_diff(q.to_vector(), g->read("f16.weight", DType::kF32).to_vector()),
+            0.05);
 }
 
 TEST(Gguf, RecognisedTypesAreListedButNotLoadable) {
@@ -162,19 +177,23 @@ TEST(Gguf, RecognisedTypesAreListedButNotLoadable) {
   EXPECT_EQ(info->format, "Q2_K");
   EXPECT_FALSE(info->dtype);
   EXPECT_EQ(info->nbytes, 2 * 84);
-  expect_error([&] { g->read("q2_k.weight", DType::kF32); }, {"q2_k.weight", "tiny.gguf", "Q2_K", "not supported"});
+  expect_error([&] { g->read("q2_k.weight", DType::kF32); },
+               {"q2_k.weight", "tiny.gguf", "Q2_K", "not supported"});
   expect_error([&] { g->read("missing.weight"); }, {"missing.weight", "not found", "tiny.gguf"});
   // Block geometry of every ggml type, from the Python gguf package's GGML_QUANT_SIZES.
   const std::vector<std::tuple<uint32_t, const char*, int, int>> sizes = {
-      {0, "F32", 1, 4},        {1, "F16", 1, 2},       {2, "Q4_0", 32, 18},    {3, "Q4_1", 32, 20},
-      {6, "Q5_0", 32, 22},     {7, "Q5_1", 32, 24},    {8, "Q8_0", 32, 34},    {9, "Q8_1", 32, 40},
-      {10, "Q2_K", 256, 84},   {11, "Q3_K", 256, 110}, {12, "Q4_K", 256, 144}, {13, "Q5_K", 256, 176},
-      {14, "Q6_K", 256, 210},  {15, "Q8_K", 256, 292}, {16, "IQ2_XXS", 256, 66}, {17, "IQ2_XS", 256, 74},
-      {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50}, {20, "IQ4_NL", 32, 18}, {21, "IQ3_S", 256, 110},
-      {22, "IQ2_S", 256, 82},  {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},      {25, "I16", 1, 2},
-      {26, "I32", 1, 4},       {27, "I64", 1, 8},      {28, "F64", 1, 8},      {29, "IQ1_M", 256, 56},
-      {30, "BF16", 1, 2},      {34, "TQ1_0", 256, 54}, {35, "TQ2_0", 256, 66}, {39, "MXFP4", 32, 17},
-      {40, "NVFP4", 64, 36},   {41, "Q1_0", 128, 18}};
+      {0, "F32", 1, 4},         {1, "F16", 1, 2},         {2, "Q4_0", 32, 18},
+      {3, "Q4_1", 32, 20},      {6, "Q5_0", 32, 22},      {7, "Q5_1", 32, 24},
+      {8, "Q8_0", 32, 34},      {9, "Q8_1", 32, 40},      {10, "Q2_K", 256, 84},
+      {11, "Q3_K", 256, 110},   {12, "Q4_K", 256, 144},   {13, "Q5_K", 256, 176},
+      {14, "Q6_K", 256, 210},   {15, "Q8_K", 256, 292},   {16, "IQ2_XXS", 256, 66},
+      {17, "IQ2_XS", 256, 74},  {18, "IQ3_XXS", 256, 98}, {19, "IQ1_S", 256, 50},
+      {20, "IQ4_NL", 32, 18},   {21, "IQ3_S", 256, 110},  {22, "IQ2_S", 256, 82},
+      {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},         {25, "I16", 1, 2},
+      {26, "I32", 1, 4},        {27, "I64", 1, 8},        {28, "F64", 1, 8},
+      {29, "IQ1_M", 256, 56},   {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},
+      {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},    {40, "NVFP4", 64, 36},
+      {41, "Q1_0", 128, 18}};
   for (auto [id, name, be, bb] : sizes) {
     const StoredFormat* f = ggml_format(id);
     ASSERT_TRUE(f) << id;
@@ -205,9 +224,15 @@ TEST(Gguf, HandBuiltFileFollowsTheSpec) {
   b.header(2, 2, 2).kv_u32("general.alignment", 64).str("k").u32(8).str("v");
   b.tensor("a", {3, 2}, 0, 0).tensor("b", {4}, 0, 64).pad(64);
   const int64_t start = int64_t(b.b.size());
-  for (int k = 0; k < 6; ++k) { const float x = float(k); b.put(&x, 4); }
+  for (int k = 0; k < 6; ++k) {
+    const float x = float(k);
+    b.put(&x, 4);
+  }
   b.zeros(64 - 24);
-  for (int k = 0; k < 4; ++k) { const float x = float(10 + k); b.put(&x, 4); }
+  for (int k = 0; k < 4; ++k) {
+    const float x = float(10 + k);
+    b.put(&x, 4);
+  }
   const std::string dir = testing::temp_dir();
   testing::write_bytes(dir + "/h.gguf", b.b);
   auto g = GgufFile::open(dir + "/h.gguf");
@@ -221,6 +246,8 @@ TEST(Gguf, HandBuiltFileFollowsTheSpec) {
   EXPECT_EQ(g->read("b").to_vector(), (std::vector<float>{10, 11, 12, 13}));
   auto store = open_tensor_store(dir + "/h.gguf");
   EXPECT_EQ(store->tensors().size(), 2u);
+  testing::write_bytes(dir + "/weights.bin", b.b);  // told apart by its magic
+  EXPECT_TRUE(dynamic_cast<GgufFile*>(open_tensor_store(dir + "/weights.bin").get()));
 }
 
 TEST(Gguf, BadFilesAreClearErrors) {
@@ -235,17 +262,57 @@ TEST(Gguf, BadFilesAreClearErrors) {
     std::memcpy(b.data(), "GGML", 4);
     expect_gguf_error(b, {"bad.gguf", "bad magic", "GGML"});
   }
-  { Builder b; b.header(0, 0, 1); expect_gguf_error(b.b, {"version 1"}); }
-  { Builder b; b.header(0, 0, 0x03000000u); expect_gguf_error(b.b, {"big-endian"}); }
+  {
+    Builder b;
+    b.header(0, 0, 1);
+    expect_gguf_error(b.b, {"version 1"});
+  }
+  {
+    Builder b;
+    b.header(0, 0, 0x03000000u);
+    expect_gguf_error(b.b, {"big-endian"});
+  }
   // Counts far beyond what the file could hold: refused before any allocation.
-  { Builder b; b.header(uint64_t(1) << 60, 0); expect_gguf_error(b.b, {"tensor info count"}); }
-  { Builder b; b.header(0, ~uint64_t(0)); expect_gguf_error(b.b, {"metadata key/value count"}); }
-  { Builder b; b.header(0, 1).u64(~uint64_t(0)).zeros(16); expect_gguf_error(b.b, {"metadata key length"}); }
-  { Builder b; b.header(0, 1).str("k").u32(9).u32(10).u64(uint64_t(1) << 61).zeros(16); expect_gguf_error(b.b, {"array count"}); }
-  { Builder b; b.header(0, 1).str("k").u32(9).u32(8).u64(3).str("a"); expect_gguf_error(b.b, {"array count"}); }
-  { Builder b; b.header(0, 1).str("k").u32(13).u8(0).zeros(8); expect_gguf_error(b.b, {"value type 13"}); }
-  { Builder b; b.header(0, 2).kv_u32("k", 1).kv_u32("k", 2); expect_gguf_error(b.b, {"duplicate metadata key 'k'"}); }
-  { Builder b; b.header(0, 1).kv_u32("general.alignment", 48); expect_gguf_error(b.b, {"general.alignment"}); }
+  {
+    Builder b;
+    b.header(uint64_t(1) << 60, 0);
+    expect_gguf_error(b.b, {"tensor info count"});
+  }
+  {
+    Builder b;
+    b.header(0, ~uint64_t(0));
+    expect_gguf_error(b.b, {"metadata key/value count"});
+  }
+  {
+    Builder b;
+    b.header(0, 1).u64(~uint64_t(0)).zeros(16);
+    expect_gguf_error(b.b, {"metadata key length"});
+  }
+  {
+    Builder b;
+    b.header(0, 1).str("k").u32(9).u32(10).u64(uint64_t(1) << 61).zeros(16);
+    expect_gguf_error(b.b, {"array count"});
+  }
+  {
+    Builder b;
+    b.header(0, 1).str("k").u32(9).u32(8).u64(3).str("a");
+    expect_gguf_error(b.b, {"array count"});
+  }
+  {
+    Builder b;
+    b.header(0, 1).str("k").u32(13).u8(0).zeros(8);
+    expect_gguf_error(b.b, {"value type 13"});
+  }
+  {
+    Builder b;
+    b.header(0, 2).kv_u32("k", 1).kv_u32("k", 2);
+    expect_gguf_error(b.b, {"duplicate metadata key 'k'"});
+  }
+  {
+    Builder b;
+    b.header(0, 1).kv_u32("general.alignment", 48);
+    expect_gguf_error(b.b, {"general.alignment"});
+  }
   {
     Builder b;  // arrays nested 100 deep
     b.header(0, 1).str("k").u32(9);
@@ -287,7 +354,8 @@ TEST(Gguf, BadFilesAreClearErrors) {
 
 // The project's default model, when scripts have fetched it (models/ is not committed).
 TEST(Gguf, DefaultModelWhenPresent) {
-  const std::string path = std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path =
+      std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   auto g = GgufFile::open(path);
   const GgufMetadata& m = g->metadata();
@@ -298,18 +366,21 @@ TEST(Gguf, DefaultModelWhenPresent) {
   EXPECT_EQ(m.get_i32_array("tokenizer.ggml.token_type").size(), 49152u);
   EXPECT_EQ(g->tensors().size(), 272u);
   // Every type present is loadable: f32, q4_1 and the q8_0 embedding.
-  for (const TensorInfo& t : g->tensors()) EXPECT_TRUE(t.dtype.has_value()) << t.name << " " << t.format;
+  for (const TensorInfo& t : g->tensors())
+    EXPECT_TRUE(t.dtype.has_value()) << t.name << " " << t.format;
   EXPECT_EQ(g->find("token_embd.weight")->shape, (Shape{49152, 576}));
   EXPECT_EQ(g->find("token_embd.weight")->dtype, DType::kQ8_0);
   EXPECT_EQ(g->find("blk.0.ffn_down.weight")->shape, (Shape{576, 1536}));
   // A vocab shard of the embedding stays q8_0 and equals the same rows of the whole.
   Tensor shard = g->read_slice("token_embd.weight", 0, 24576, 24576 + 100);
   EXPECT_EQ(shard.dtype(), DType::kQ8_0);
-  EXPECT_EQ(shard.to_vector(), g->view("token_embd.weight").slice(0, 24576, 24576 + 100).to_vector());
+  EXPECT_EQ(shard.to_vector(),
+            g->view("token_embd.weight").slice(0, 24576, 24576 + 100).to_vector());
   // A row-parallel shard (columns) of a q4_1 weight.
   Tensor down = g->read_slice("blk.0.ffn_down.weight", 1, 768, 1536);
   EXPECT_EQ(down.shape(), (Shape{576, 768}));
-  EXPECT_EQ(down.to_vector(), g->read("blk.0.ffn_down.weight", DType::kF32).slice(1, 768, 1536).to_vector());
+  EXPECT_EQ(down.to_vector(),
+            g->read("blk.0.ffn_down.weight", DType::kF32).slice(1, 768, 1536).to_vector());
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstddef>
@@ -17,14 +16,16 @@
 
 namespace tensorpar::testing {
 
-inline std::string fixture(const std::string& name) { return std::string(TP_FIXTURES_DIR) + "/io/" + name; }
+inline std::string fixture(const std::string& name) {
+  return std::string(TP_FIXTURES_DIR) + "/io/" + name;
+}
 
 // A fresh directory under the test temp dir, unique per test.
 inline std::string temp_dir() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::filesystem::path p = std::filesystem::path(::testing::TempDir()) /
-                            (std::string("tp_io_") + info->test_suite_name() + "_" + info->name() + "_" +
-                             std::to_string(::getpid()));
+                            (std::string("tp_io_") + info->test_suite_name() + "_" + info->name() +
+                             "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
@@ -51,7 +52,8 @@ void expect_error(F&& f, std::initializer_list<std::string> words) {
     ADD_FAILURE() << "expected tensorpar::Error containing '" << *words.begin() << "'";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& w : words) EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
+    for (const auto& w : words)
+      EXPECT_NE(msg.find(w), std::string::npos) << "'" << w << "' not in: " << msg;
   }
 }
 

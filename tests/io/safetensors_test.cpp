@@ -1,12 +1,13 @@
 // safetensors: round trips through our writer, reading a file written by the reference Python
 // package, TP slices against a naive slice of the whole tensor, and every bad-input case.
+#include "io/safetensors.h"
+
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "io/atomic_file.h"
-#include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "io_test_util.h"
 #include "test_util.h"
@@ -18,7 +19,8 @@ using testing::expect_error;
 using testing::Rng;
 
 // A raw safetensors file from header text and data bytes.
-std::vector<std::byte> make_file(const std::string& header, size_t data_bytes, uint64_t n_override = 0) {
+std::vector<std::byte> make_file(const std::string& header, size_t data_bytes,
+                                 uint64_t n_override = 0) {
   std::vector<std::byte> b(8 + header.size() + data_bytes, std::byte{0x11});
   const uint64_t n = n_override ? n_override : header.size();
   std::memcpy(b.data(), &n, 8);
@@ -26,7 +28,8 @@ std::vector<std::byte> make_file(const std::string& header, size_t data_bytes, u
   return b;
 }
 
-void expect_parse_error(const std::string& header, size_t data_bytes, std::initializer_list<std::string> words) {
+void expect_parse_error(const std::string& header, size_t data_bytes,
+                        std::initializer_list<std::string> words) {
   const auto b = make_file(header, data_bytes);
   expect_error([&] { parse_safetensors(b, "bad.safetensors"); }, words);
 }
@@ -86,14 +89,22 @@ TEST(Safetensors, SlicesMatchNaiveSliceWithConversion) {
   Tensor c = rng.uniform_tensor({3, 5, 4}, DType::kF32);
   save_safetensors(dir + "/s.safetensors", {{"a", a}, {"c", c}});
   auto f = SafetensorsFile::open(dir + "/s.safetensors");
-  struct Case { const char* name; Tensor src; int dim; int64_t b, e; DType out; };
+  struct Case {
+    const char* name;
+    Tensor src;
+    int dim;
+    int64_t b, e;
+    DType out;
+  };
   const Case cases[] = {
-      {"a", a, 0, 2, 5, DType::kF32},  {"a", a, 1, 1, 32, DType::kF32}, {"a", a, 1, 0, 33, DType::kBF16},
-      {"a", a, 0, 6, 7, DType::kF16},  {"a", a, 1, 4, 4, DType::kF32},  {"c", c, 1, 1, 4, DType::kBF16},
-      {"c", c, 2, 3, 4, DType::kF32},  {"c", c, 0, 0, 3, DType::kF32},
+      {"a", a, 0, 2, 5, DType::kF32},   {"a", a, 1, 1, 32, DType::kF32},
+      {"a", a, 1, 0, 33, DType::kBF16}, {"a", a, 0, 6, 7, DType::kF16},
+      {"a", a, 1, 4, 4, DType::kF32},   {"c", c, 1, 1, 4, DType::kBF16},
+      {"c", c, 2, 3, 4, DType::kF32},   {"c", c, 0, 0, 3, DType::kF32},
   };
   for (const Case& k : cases) {
-    SCOPED_TRACE(::testing::Message() << k.name << " dim " << k.dim << " [" << k.b << "," << k.e << ")");
+    SCOPED_TRACE(::testing::Message()
+                 << k.name << " dim " << k.dim << " [" << k.b << "," << k.e << ")");
     Tensor got = f->read_slice(k.name, k.dim, k.b, k.e, k.out);
     Tensor want = k.src.slice(k.dim, k.b, k.e).to(k.out);
     EXPECT_EQ(got.shape(), want.shape());
@@ -141,7 +152,8 @@ TEST(Safetensors, EveryTruncationIsAnError) {
   // Trailing bytes that no tensor owns are rejected too (the reference does the same).
   auto longer = good;
   longer.push_back(std::byte{0});
-  expect_error([&] { parse_safetensors(longer, "long.safetensors"); }, {"long.safetensors", "cover"});
+  expect_error([&] { parse_safetensors(longer, "long.safetensors"); },
+               {"long.safetensors", "cover"});
 }
 
 TEST(Safetensors, BadHeadersAreClearErrors) {
@@ -149,39 +161,56 @@ TEST(Safetensors, BadHeadersAreClearErrors) {
   EXPECT_NO_THROW(parse_safetensors(make_file(ok, 24), "ok"));
   {
     const auto b = make_file(ok, 24, uint64_t(1) << 62);
-    expect_error([&] { parse_safetensors(b, "huge.safetensors"); }, {"huge.safetensors", "header length", "exceeds"});
+    expect_error([&] { parse_safetensors(b, "huge.safetensors"); },
+                 {"huge.safetensors", "header length", "exceeds"});
     const auto c = make_file(ok, 24, ok.size() + 25);
-    expect_error([&] { parse_safetensors(c, "past.safetensors"); }, {"past.safetensors", "exceeds file size"});
+    expect_error([&] { parse_safetensors(c, "past.safetensors"); },
+                 {"past.safetensors", "exceeds file size"});
   }
   expect_parse_error("[1, 2]   ", 0, {"does not start with '{'"});
   expect_parse_error("{\"t\": ", 0, {"not valid JSON"});
-  expect_parse_error(R"({"t":{"dtype":"F33","shape":[2,3],"data_offsets":[0,24]}})", 24, {"'t'", "unknown dtype 'F33'"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[-2,3],"data_offsets":[0,24]}})", 24, {"'t'", "shape"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,24]}})", 24, {"'t'", "shape"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,28]}})", 24, {"'t'", "past the data"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24, {"'t'", "needs 24 bytes"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[4,28]}})", 28, {"'t'", "contiguous"});
+  expect_parse_error(R"({"t":{"dtype":"F33","shape":[2,3],"data_offsets":[0,24]}})", 24,
+                     {"'t'", "unknown dtype 'F33'"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[-2,3],"data_offsets":[0,24]}})", 24,
+                     {"'t'", "shape"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,24]}})", 24,
+                     {"'t'", "shape"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,28]}})", 24,
+                     {"'t'", "past the data"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24,
+                     {"'t'", "needs 24 bytes"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[4,28]}})", 28,
+                     {"'t'", "contiguous"});
   expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3]}})", 24, {"'t'", "lacks"});
-  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0]}})", 24, {"'t'", "data_offsets"});
+  expect_parse_error(R"({"t":{"dtype":"F32","shape":[2,3],"data_offsets":[0]}})", 24,
+                     {"'t'", "data_offsets"});
   expect_parse_error(R"({"t":5})", 0, {"'t'", "not an object"});
   expect_parse_error(R"({"__metadata__":{"a":1}})", 0, {"__metadata__"});
   // Overlap: b starts inside a.
   expect_parse_error(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
-                     R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})", 24, {"'b'", "non-overlapping"});
+                     R"("b":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+                     24, {"'b'", "non-overlapping"});
   // dtype x shape overflow (numel fits, bytes do not; and numel itself overflows).
-  expect_parse_error(R"({"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})", 8, {"overflow"});
-  expect_parse_error(R"({"t":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8, {"overflow"});
+  expect_parse_error(R"({"t":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})",
+                     8, {"overflow"});
+  expect_parse_error(R"({"t":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,8]}})",
+                     8, {"overflow"});
   // An empty tensor whose other dims multiply past int64: refused (its strides would overflow).
-  expect_parse_error(R"({"t":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", 0, {"overflow"});
+  expect_parse_error(
+      R"({"t":{"dtype":"U8","shape":[0,4294967296,4294967296],"data_offsets":[0,0]}})", 0,
+      {"overflow"});
   // Deeply nested JSON is refused, not recursed into.
-  expect_parse_error("{\"t\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0, {"nested"});
+  expect_parse_error("{\"t\":" + std::string(5000, '[') + std::string(5000, ']') + "}", 0,
+                     {"nested"});
 }
 
 TEST(Safetensors, BadFileErrorsNameTheFile) {
   const std::string dir = testing::temp_dir();
-  expect_error([&] { SafetensorsFile::open(dir + "/missing.safetensors"); }, {"missing.safetensors"});
+  expect_error([&] { SafetensorsFile::open(dir + "/missing.safetensors"); },
+               {"missing.safetensors"});
   testing::write_bytes(dir + "/empty.safetensors", {});
-  expect_error([&] { SafetensorsFile::open(dir + "/empty.safetensors"); }, {"empty.safetensors", "truncated"});
+  expect_error([&] { SafetensorsFile::open(dir + "/empty.safetensors"); },
+               {"empty.safetensors", "truncated"});
 }
 
 TEST(AtomicFile, UncommittedWriteLeavesOldFile) {
@@ -197,8 +226,11 @@ TEST(AtomicFile, UncommittedWriteLeavesOldFile) {
   }
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   EXPECT_EQ(testing::read_bytes(path), old);
-  expect_error([&] { save_safetensors(dir + "/q.safetensors", {{"q", Tensor::zeros({1, 32}, DType::kQ8_0)}}); },
-               {"q8_0", "no safetensors"});
+  expect_error(
+      [&] {
+        save_safetensors(dir + "/q.safetensors", {{"q", Tensor::zeros({1, 32}, DType::kQ8_0)}});
+      },
+      {"q8_0", "no safetensors"});
   expect_error([&] { AtomicFileWriter w(dir + "/no/such/dir/f"); }, {"no/such/dir"});
 }
 
