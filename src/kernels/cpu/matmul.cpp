@@ -187,7 +187,7 @@ void matmul(MatmulEngine& eng, Tensor& c, const Tensor& a, const Tensor& b, cons
   }
   if (a.dtype() == DType::kF32 && c.dtype() == DType::kBF16) {
     // oneDNN has no f32 x f32 -> bf16 matmul: run it into f32 scratch and round once.
-    Tensor tmp = Tensor::borrow(eng.scratch(3, dtype_nbytes(DType::kF32, c.numel())), c.shape(),
+    Tensor tmp = Tensor::borrow(eng.scratch(5, dtype_nbytes(DType::kF32, c.numel())), c.shape(),
                                 DType::kF32);
     if (beta != 0.0f) tmp.copy_from(c);
     matmul(eng, tmp, a, b, bias, alpha, beta);

@@ -24,7 +24,7 @@ class MatmulEngine {
   // A scratch buffer of at least nbytes, 64-byte aligned, owned by the engine; `slot` picks one
   // of a few independent buffers (contents are kept until the slot is asked for more bytes).
   void* scratch(int slot, int64_t nbytes);
-  static constexpr int kScratchSlots = 4;
+  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul, 5: matmul
 
   struct Impl;
   Impl& impl() { return *impl_; }

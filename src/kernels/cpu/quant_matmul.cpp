@@ -37,7 +37,7 @@ namespace {
 using namespace quant_detail;
 
 // Scratch slots of the engine (matmul_forward uses slot 0 only for float weights).
-constexpr int kSlotActs = 0, kSlotTile = 1, kSlotXsum = 2;
+constexpr int kSlotActs = 0, kSlotTile = 1, kSlotXsum = 2, kSlotOut = 3;
 
 // A quantized (N,K) weight: row n starts at base + n * row_bytes.
 struct QuantRows {
@@ -206,10 +206,18 @@ void quant_matmul_forward_tiled(MatmulEngine& eng, Tensor& out, const Tensor& in
   if (out.numel() == 0) return;
   const DType td = in.dtype();
   const Tensor a = acts_as(eng, in, td);
+  const int64_t M = in.dim(0);
   for_each_tile(eng, w, td, [&](int64_t n0, int64_t n1, const Tensor& tile) {
-    Tensor oc = out.slice(1, n0, n1);
+    // oneDNN's fast (brgemm) matmul wants a dense output, so each tile lands in dense f32
+    // scratch and is then copied into its columns of out.
+    Tensor part = Tensor::borrow(eng.scratch(kSlotOut, M * (n1 - n0) * int64_t(sizeof(float))),
+                                 {M, n1 - n0}, DType::kF32);
     const Tensor bs = bias ? bias->slice(0, n0, n1) : Tensor();
-    matmul(eng, oc, a, tile.transpose(0, 1), bias ? &bs : nullptr, 1.0f, beta);
+    matmul(eng, part, a, tile.transpose(0, 1), bias ? &bs : nullptr);
+    const float* pp = part.data<float>();
+#pragma omp parallel for schedule(static)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = n0; n < n1; ++n) store(out, m, n, pp[m * (n1 - n0) + (n - n0)], beta);
   });
 }
 

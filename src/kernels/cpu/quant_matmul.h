@@ -14,7 +14,7 @@ namespace tensorpar {
 enum class QuantIsa { kAuto, kScalar, kAvx2, kAvx512 };
 
 // Rows of `in` up to which the fused kernel is used; above it, tiles + oneDNN.
-inline constexpr int64_t kQuantFusedMaxRows = 8;
+inline constexpr int64_t kQuantFusedMaxRows = 4;  // measured crossover (2048x4096, q4_1)
 
 // out (M,N) = in (M,K) x weight^T [+ bias (N)] + beta * out, weight (N,K) quantized.
 // in: f32 or bf16, 2-D (any row stride); out: f32 or bf16, 2-D; weight rows may be strided
