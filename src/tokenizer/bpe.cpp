@@ -140,7 +140,8 @@ void BpeModel::encode(std::string_view piece, bool ignore_merges, std::vector<in
     if (s.prev >= 0) push(s.prev);
     push(c.pos);
   }
-  for (int i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next) out.push_back(sym[static_cast<size_t>(i)].id);
+  for (int i = 0; i >= 0; i = sym[static_cast<size_t>(i)].next)
+    out.push_back(sym[static_cast<size_t>(i)].id);
 }
 
 }  // namespace tensorpar

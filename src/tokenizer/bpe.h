@@ -43,9 +43,7 @@ class BpeModel {
   struct Merge {
     int32_t rank, id;
   };
-  static uint64_t key(int32_t a, int32_t b) {
-    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  }
+  static uint64_t key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
   std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> vocab_;
   std::unordered_map<uint64_t, Merge> merges_;

@@ -11,7 +11,8 @@ namespace {
 // inserts it for conversations without a system message. Handles both a real newline and the
 // Jinja escape "\n" inside the string literal.
 std::string default_system_prompt(std::string_view t) {
-  if (t.find("!= 'system'") == std::string_view::npos && t.find("!= \"system\"") == std::string_view::npos)
+  if (t.find("!= 'system'") == std::string_view::npos &&
+      t.find("!= \"system\"") == std::string_view::npos)
     return "";
   constexpr std::string_view kOpen = "<|im_start|>system";
   const size_t at = t.find(kOpen);
@@ -63,7 +64,8 @@ ChatTemplate ChatTemplate::detect(std::string_view t) {
   return chatml();
 }
 
-std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+std::string ChatTemplate::apply(std::span<const ChatMessage> messages,
+                                bool add_generation_prompt) const {
   // The real templates emit the prefix and the default system prompt with the first message,
   // so an empty conversation gets neither.
   std::string out = messages.empty() ? "" : prefix;
@@ -76,8 +78,8 @@ std::string ChatTemplate::apply(std::span<const ChatMessage> messages, bool add_
   } else {
     // Llama 3's template trims each message's content.
     for (const ChatMessage& m : messages)
-      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + std::string(trim(m.content)) +
-             "<|eot_id|>";
+      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" +
+             std::string(trim(m.content)) + "<|eot_id|>";
     if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   }
   return out;

@@ -21,7 +21,8 @@ constexpr uint32_t kRawByte = 0x80000000u;  // marks an invalid input byte kept 
 const Decomposition* find_decomposition(uint32_t cp) {
   const auto* begin = nfc_detail::kDecompositions;
   const auto* end = begin + nfc_detail::kDecompositionCount;
-  const auto* it = std::lower_bound(begin, end, cp, [](const Decomposition& d, uint32_t v) { return d.cp < v; });
+  const auto* it =
+      std::lower_bound(begin, end, cp, [](const Decomposition& d, uint32_t v) { return d.cp < v; });
   return it != end && it->cp == cp ? it : nullptr;
 }
 
@@ -67,7 +68,9 @@ uint32_t compose(uint32_t a, uint32_t b) {
   return it == m.end() ? 0 : it->second;
 }
 
-uint8_t ccc_of(uint32_t cp) { return (cp & kRawByte) ? 0 : canonical_combining_class(cp); }
+uint8_t ccc_of(uint32_t cp) {
+  return (cp & kRawByte) ? 0 : canonical_combining_class(cp);
+}
 
 }  // namespace
 
@@ -75,8 +78,8 @@ uint8_t canonical_combining_class(uint32_t cp) {
   if (cp < 0x300) return 0;
   const auto* begin = nfc_detail::kCccRanges;
   const auto* end = begin + nfc_detail::kCccRangeCount;
-  const auto* it = std::lower_bound(begin, end, cp,
-                                    [](const nfc_detail::CccRange& r, uint32_t v) { return r.hi < v; });
+  const auto* it = std::lower_bound(
+      begin, end, cp, [](const nfc_detail::CccRange& r, uint32_t v) { return r.hi < v; });
   return it != end && it->lo <= cp ? it->ccc : 0;
 }
 
@@ -96,7 +99,8 @@ std::string nfc_normalize(std::string_view text) {
     if (c.valid) {
       decompose(c.cp, cps);
     } else {
-      for (int k = 0; k < c.len; ++k) cps.push_back(kRawByte | static_cast<uint8_t>(text[i + static_cast<size_t>(k)]));
+      for (int k = 0; k < c.len; ++k)
+        cps.push_back(kRawByte | static_cast<uint8_t>(text[i + static_cast<size_t>(k)]));
     }
     i += static_cast<size_t>(c.len);
   }
@@ -108,7 +112,8 @@ std::string nfc_normalize(std::string_view text) {
     }
     size_t j = i;
     while (j < cps.size() && ccc_of(cps[j]) != 0) ++j;
-    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j),
+    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i),
+                     cps.begin() + static_cast<std::ptrdiff_t>(j),
                      [](uint32_t a, uint32_t b) { return ccc_of(a) < ccc_of(b); });
     i = j;
   }

@@ -45,7 +45,9 @@ Chars classify(std::string_view text) {
   return c;
 }
 
-uint32_t lower_ascii(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp; }
+uint32_t lower_ascii(uint32_t cp) {
+  return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
+}
 
 // 's|'t|'re|'ve|'m|'ll|'d over chars [i, end); ASCII-case-insensitive for the Llama-3 family
 // (HF tokenizers does not fold U+017F long s to 's' here, so neither do we).
@@ -96,7 +98,9 @@ size_t gpt2_match(const Chars& c, size_t i, size_t end) {
   return trailing_space(c, i, end);
 }
 
-bool is_crlf(uint32_t cp) { return cp == '\r' || cp == '\n'; }
+bool is_crlf(uint32_t cp) {
+  return cp == '\r' || cp == '\n';
+}
 
 size_t llama3_match(const Chars& c, size_t i, size_t end, size_t max_digits) {
   size_t j;
@@ -152,10 +156,14 @@ PreTokenizer pre_tokenizer_from_name(std::string_view name) {
 
 std::string pre_tokenizer_name(PreTokenizer kind) {
   switch (kind) {
-    case PreTokenizer::kGpt2: return "gpt2";
-    case PreTokenizer::kLlama3: return "llama3";
-    case PreTokenizer::kQwen2: return "qwen2";
-    case PreTokenizer::kSmolLM: return "smollm";
+    case PreTokenizer::kGpt2:
+      return "gpt2";
+    case PreTokenizer::kLlama3:
+      return "llama3";
+    case PreTokenizer::kQwen2:
+      return "qwen2";
+    case PreTokenizer::kSmolLM:
+      return "smollm";
   }
   return "?";
 }
@@ -170,9 +178,12 @@ void pre_tokenize(PreTokenizer kind, std::string_view text, std::vector<std::str
     case PreTokenizer::kLlama3:
     case PreTokenizer::kQwen2: {
       const size_t digits = kind == PreTokenizer::kLlama3 ? 3 : 1;
-      scan(c, text, 0, c.n,
-           [digits](const Chars& cc, size_t i, size_t end) { return llama3_match(cc, i, end, digits); },
-           out);
+      scan(
+          c, text, 0, c.n,
+          [digits](const Chars& cc, size_t i, size_t end) {
+            return llama3_match(cc, i, end, digits);
+          },
+          out);
       break;
     }
     case PreTokenizer::kSmolLM: {

@@ -40,7 +40,8 @@ size_t whitespace_run_end(std::string_view s, size_t begin) {
 }  // namespace
 
 void Tokenizer::set_token(int32_t id, std::string bytes, Kind kind) {
-  TP_CHECK(id >= 0 && id < (1 << 30), "[Tokenizer] token id: got ", id, ", expected 0 <= id < 2^30");
+  TP_CHECK(id >= 0 && id < (1 << 30), "[Tokenizer] token id: got ", id,
+           ", expected 0 <= id < 2^30");
   const auto i = static_cast<size_t>(id);
   if (i >= bytes_.size()) {
     bytes_.resize(i + 1);
@@ -51,7 +52,8 @@ void Tokenizer::set_token(int32_t id, std::string bytes, Kind kind) {
 }
 
 void Tokenizer::add_added(Added a) {
-  TP_CHECK(!a.content.empty(), "[Tokenizer] added token ", a.id, ": got empty content, expected text");
+  TP_CHECK(!a.content.empty(), "[Tokenizer] added token ", a.id,
+           ": got empty content, expected text");
   set_token(a.id, a.content, a.special ? Kind::kSpecial : Kind::kAdded);
   added_.push_back(std::move(a));
 }
@@ -59,8 +61,9 @@ void Tokenizer::add_added(Added a) {
 void Tokenizer::finish(const char* where) {
   TP_CHECK(!bytes_.empty(), "[", where, "] empty vocabulary: got 0 tokens, expected at least 256");
   // Longest content first, so the first match at a position is the longest one.
-  std::stable_sort(added_.begin(), added_.end(),
-                   [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  std::stable_sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
+    return a.content.size() > b.content.size();
+  });
   for (int32_t id : {bos_id_, eos_id_})
     TP_CHECK(id < vocab_size(), "[", where, "] bos/eos id: got ", id, ", expected < vocab size ",
              vocab_size());
@@ -118,8 +121,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
   TP_CHECK(id >= 0 && id < vocab_size() && kind_[static_cast<size_t>(id)] != Kind::kAbsent,
-           "[Tokenizer::token_bytes] token id ", id, ": got an id that is not a token, expected 0 <= id < ",
-           vocab_size());
+           "[Tokenizer::token_bytes] token id ", id,
+           ": got an id that is not a token, expected 0 <= id < ", vocab_size());
   return bytes_[static_cast<size_t>(id)];
 }
 
@@ -131,7 +134,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids) const {
 
 std::string Tokenizer::token_text(int32_t id) const {
   const std::string& b = token_bytes(id);
-  return kind_[static_cast<size_t>(id)] == Kind::kNormal && bpe_.find(b) == id ? byte_level_encode(b) : b;
+  return kind_[static_cast<size_t>(id)] == Kind::kNormal && bpe_.find(b) == id
+             ? byte_level_encode(b)
+             : b;
 }
 
 int32_t Tokenizer::token_id(std::string_view spelled) const {
@@ -147,7 +152,8 @@ Tokenizer Tokenizer::from_gguf_vocab(const std::vector<std::string>& tokens,
                                      int32_t eos_id, std::string_view pre, bool add_bos) {
   const char* where = "Tokenizer::from_gguf_vocab";
   TP_CHECK(token_types.empty() || token_types.size() == tokens.size(), "[", where,
-           "] token_type count: got ", token_types.size(), ", expected ", tokens.size(), " (one per token)");
+           "] token_type count: got ", token_types.size(), ", expected ", tokens.size(),
+           " (one per token)");
   Tokenizer t;
   t.pre_ = pre_tokenizer_from_name(pre);
   t.ignore_merges_ = t.pre_ == PreTokenizer::kLlama3;  // as in Llama 3's tokenizer.json
@@ -156,14 +162,17 @@ Tokenizer Tokenizer::from_gguf_vocab(const std::vector<std::string>& tokens,
   for (size_t i = 0; i < tokens.size(); ++i) {
     const auto id = static_cast<int32_t>(i);
     const int32_t type = token_types.empty() ? 1 : token_types[i];
-    TP_CHECK(type >= 1 && type <= 6, "[", where, "] token ", id, " type: got ", type, ", expected 1..6");
+    TP_CHECK(type >= 1 && type <= 6, "[", where, "] token ", id, " type: got ", type,
+             ", expected 1..6");
     if (type == int32_t(GgufTokenType::kControl) || type == int32_t(GgufTokenType::kUserDefined)) {
       t.add_added({tokens[i], id, type == int32_t(GgufTokenType::kControl), false, false});
       continue;
     }
     std::string raw;
-    if (!byte_level_decode(tokens[i], &raw)) raw = tokens[i];  // not byte-level: kept verbatim
-    else if (type == int32_t(GgufTokenType::kNormal)) t.bpe_.add_token(raw, id);
+    if (!byte_level_decode(tokens[i], &raw))
+      raw = tokens[i];  // not byte-level: kept verbatim
+    else if (type == int32_t(GgufTokenType::kNormal))
+      t.bpe_.add_token(raw, id);
     t.set_token(id, std::move(raw), Kind::kNormal);
   }
   for (size_t r = 0; r < merges.size(); ++r) {

@@ -17,7 +17,12 @@ namespace tensorpar {
 
 // GGUF tokenizer.ggml.token_type values (llama.cpp's llama_token_type).
 enum class GgufTokenType : int32_t {
-  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
 };
 
 class Tokenizer {
@@ -26,7 +31,8 @@ class Tokenizer {
   // add_bos_token and the chat template. Throws Error on unreadable or unsupported files.
   static Tokenizer from_json_file(const std::string& path);
   // The same from strings; config_json may be empty.
-  static Tokenizer from_json_string(std::string_view tokenizer_json, std::string_view config_json = {});
+  static Tokenizer from_json_string(std::string_view tokenizer_json,
+                                    std::string_view config_json = {});
   // GGUF metadata: tokenizer.ggml.{tokens, merges ("a b"), token_type, bos_token_id,
   // eos_token_id, pre, add_bos_token}. token_types may be empty (all normal); ids may be -1.
   static Tokenizer from_gguf_vocab(const std::vector<std::string>& tokens,
@@ -80,10 +86,10 @@ class Tokenizer {
   BpeModel bpe_;
   PreTokenizer pre_ = PreTokenizer::kGpt2;
   bool ignore_merges_ = false;
-  bool nfc_ = false;  // the tokenizer.json asks for NFC normalization (Qwen2)
+  bool nfc_ = false;                // the tokenizer.json asks for NFC normalization (Qwen2)
   std::vector<std::string> bytes_;  // per id: raw bytes (BPE tokens) or content (added tokens)
   std::vector<Kind> kind_;
-  std::vector<Added> added_;  // longest content first, so the first match is the longest
+  std::vector<Added> added_;             // longest content first, so the first match is the longest
   std::array<bool, 256> added_first_{};  // bytes that start some added token
   std::vector<int32_t> eos_ids_;
   int32_t bos_id_ = -1, eos_id_ = -1;

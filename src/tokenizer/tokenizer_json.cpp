@@ -3,9 +3,8 @@
 // that is not byte-level BPE is refused with a clear error rather than tokenized wrongly.
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -29,7 +28,8 @@ std::string brief(const json& j) {
 }
 
 std::string type_of(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
+  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
+                                                                      : "";
 }
 
 bool flag(const json& j, const char* key, bool dflt) {
@@ -65,7 +65,8 @@ PreTokenizer parse_pre_tokenizer(const json& j) {
   }
   TP_CHECK(type_of(first) == "Split" && first.contains("pattern") && first["pattern"].is_object() &&
                first["pattern"].contains("Regex"),
-           "[", kWhere, "] unsupported pre_tokenizer: got ", brief(first), ", expected Split with a Regex");
+           "[", kWhere, "] unsupported pre_tokenizer: got ", brief(first),
+           ", expected Split with a Regex");
   TP_CHECK(first.value("behavior", "") == "Isolated" && !flag(first, "invert", false), "[", kWhere,
            "] Split: got ", brief(first), ", expected behavior Isolated, invert false");
   check_byte_level(second, false);
@@ -81,7 +82,8 @@ PreTokenizer parse_pre_tokenizer(const json& j) {
 // "bos_token": "<s>" or {"content": "<s>", ...} in tokenizer_config.json.
 std::string token_content(const json& j) {
   if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string())
+    return j["content"].get<std::string>();
   return "";
 }
 
@@ -107,7 +109,8 @@ Tokenizer Tokenizer::from_json_file(const std::string& path) {
   }
 }
 
-Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::string_view config_json) {
+Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
+                                      std::string_view config_json) {
   json j, cfg;
   try {
     j = json::parse(tokenizer_json);
@@ -118,14 +121,17 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
   TP_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "[", kWhere,
            "] got no \"model\" object, expected an HF tokenizer.json");
   const json& model = j["model"];
-  const std::string mtype = type_of(model).empty() && model.contains("merges") ? "BPE" : type_of(model);
+  const std::string mtype =
+      type_of(model).empty() && model.contains("merges") ? "BPE" : type_of(model);
   TP_CHECK(mtype == "BPE", "[", kWhere, "] model type: got '", mtype,
            "', expected 'BPE' (only byte-level BPE supported)");
   TP_CHECK(!flag(model, "byte_fallback", false), "[", kWhere,
-           "] BPE byte_fallback=true (SentencePiece-style): got it, expected byte-level BPE (only byte-level BPE supported)");
+           "] BPE byte_fallback=true (SentencePiece-style): got it, expected byte-level BPE (only "
+           "byte-level BPE supported)");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    TP_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "", "[", kWhere, "] BPE ",
-             key, ": got ", brief(model[key]), ", expected none (only byte-level BPE supported)");
+    TP_CHECK(!model.contains(key) || model[key].is_null() || model[key] == "", "[", kWhere,
+             "] BPE ", key, ": got ", brief(model[key]),
+             ", expected none (only byte-level BPE supported)");
   TP_CHECK(model.contains("vocab") && model["vocab"].is_object() && model.contains("merges") &&
                model["merges"].is_array(),
            "[", kWhere, "] BPE model: got no vocab object or merges array, expected both");
@@ -140,8 +146,8 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
   t.ignore_merges_ = flag(model, "ignore_merges", false);
   t.nfc_ = type_of(norm) == "NFC";
   for (const auto& [spelled, idj] : model["vocab"].items()) {
-    TP_CHECK(idj.is_number_integer(), "[", kWhere, "] vocab entry '", spelled, "': got ", brief(idj),
-             ", expected an integer id");
+    TP_CHECK(idj.is_number_integer(), "[", kWhere, "] vocab entry '", spelled, "': got ",
+             brief(idj), ", expected an integer id");
     const int32_t id = idj.get<int32_t>();
     std::string raw;
     if (byte_level_decode(spelled, &raw)) {
@@ -174,17 +180,18 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
-      TP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
-                   a["content"].is_string(),
+      TP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
+                   a.contains("content") && a["content"].is_string(),
                "[", kWhere, "] added token: got ", brief(a), ", expected {id, content, ...}");
-      t.add_added({a["content"].get<std::string>(), a["id"].get<int32_t>(), flag(a, "special", false),
-                   flag(a, "lstrip", false), flag(a, "rstrip", false)});
+      t.add_added({a["content"].get<std::string>(), a["id"].get<int32_t>(),
+                   flag(a, "special", false), flag(a, "lstrip", false), flag(a, "rstrip", false)});
     }
   }
   // bos: the special token a TemplateProcessing post-processor puts first (Llama 3 style).
   const json& post = j.contains("post_processor") ? j["post_processor"] : json();
-  if (type_of(post) == "TemplateProcessing" && post.contains("single") && post["single"].is_array() &&
-      !post["single"].empty() && post["single"][0].contains("SpecialToken")) {
+  if (type_of(post) == "TemplateProcessing" && post.contains("single") &&
+      post["single"].is_array() && !post["single"].empty() &&
+      post["single"][0].contains("SpecialToken")) {
     t.bos_id_ = t.token_id(post["single"][0]["SpecialToken"].value("id", ""));
     t.add_bos_ = t.bos_id_ >= 0;
   }
@@ -198,7 +205,8 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json, std::stri
         t.chat_template_ = ct.get<std::string>();
       } else if (ct.is_array()) {  // [{name, template}, ...]: the default one, else the first
         for (const json& e : ct)
-          if (e.is_object() && e.value("name", "") == "default") t.chat_template_ = e.value("template", "");
+          if (e.is_object() && e.value("name", "") == "default")
+            t.chat_template_ = e.value("template", "");
         if (t.chat_template_.empty() && !ct.empty() && ct[0].is_object())
           t.chat_template_ = ct[0].value("template", "");
       }

@@ -31,9 +31,8 @@ bool lead_info(uint8_t b, int* n_cont, uint8_t* lo2, uint8_t* hi2) {
 bool in_ranges(uint32_t cp, const unicode_detail::CodeRange* r, int n) {
   const auto* end = r + n;
   // First range whose hi >= cp.
-  const auto* it = std::lower_bound(r, end, cp, [](const unicode_detail::CodeRange& a, uint32_t v) {
-    return a.hi < v;
-  });
+  const auto* it = std::lower_bound(
+      r, end, cp, [](const unicode_detail::CodeRange& a, uint32_t v) { return a.hi < v; });
   return it != end && it->lo <= cp;
 }
 
@@ -118,8 +117,20 @@ bool is_number(uint32_t cp) {
 
 bool is_whitespace(uint32_t cp) {
   switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;

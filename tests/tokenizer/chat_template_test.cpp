@@ -1,7 +1,8 @@
+#include "tokenizer/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer_fixture.h"
 
 namespace tensorpar {
@@ -28,11 +29,13 @@ TEST(ChatTemplate, DetectsFamiliesAndDefaultSystem) {
   const auto j = testing::load_tokenizer_fixture("smollm2_gguf_vocab.json");
   const ChatTemplate smol = ChatTemplate::detect(j["chat_template"].get<std::string>());
   EXPECT_EQ(smol.kind, ChatTemplateKind::kChatML);
-  EXPECT_EQ(smol.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  EXPECT_EQ(smol.default_system,
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   const ChatTemplate llama = ChatTemplate::detect("{{ '<|start_header_id|>' + role }}");
   EXPECT_EQ(llama.kind, ChatTemplateKind::kLlama3);
   const ChatMessage msgs[] = {{"user", "Hi"}};
-  EXPECT_EQ(ChatTemplate::chatml().apply(msgs, true), "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(ChatTemplate::chatml().apply(msgs, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(ChatTemplate::llama3().apply(msgs, false),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
   try {

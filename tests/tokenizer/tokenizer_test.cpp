@@ -1,5 +1,6 @@
-#include <gtest/gtest.h>
+#include "tokenizer/tokenizer.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,7 +10,6 @@
 #include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/nfc.h"
-#include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer_fixture.h"
 
@@ -51,8 +51,10 @@ void check_cases(const Tokenizer& tok, const std::string& cases_file) {
     const std::string text = c["text"].get<std::string>();
     const auto want = c["ids"].get<std::vector<int32_t>>();
     const auto got = tok.encode(text);
-    EXPECT_EQ(got, want) << "text: '" << text << "'\n got: " << show(got) << "\nwant: " << show(want);
-    const auto want_plain = c.contains("ids_no_special") ? c["ids_no_special"].get<std::vector<int32_t>>() : want;
+    EXPECT_EQ(got, want) << "text: '" << text << "'\n got: " << show(got)
+                         << "\nwant: " << show(want);
+    const auto want_plain =
+        c.contains("ids_no_special") ? c["ids_no_special"].get<std::vector<int32_t>>() : want;
     EXPECT_EQ(tok.encode(text, /*allow_special=*/false), want_plain) << "text: '" << text << "'";
     EXPECT_EQ(tok.decode(got), c.contains("decoded") ? c["decoded"].get<std::string>() : text);
     ++n_enc;
@@ -107,7 +109,8 @@ TEST(Tokenizer, Qwen2PatternMatchesReference) {
 TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
   TP_SEED_TRACE();
   Rng rng(11);
-  const Tokenizer toks[] = {testing::load_smollm2_gguf_fixture(), load_json_fixture("llama3.tokenizer.json"),
+  const Tokenizer toks[] = {testing::load_smollm2_gguf_fixture(),
+                            load_json_fixture("llama3.tokenizer.json"),
                             load_json_fixture("gpt2_trained.tokenizer.json"),
                             load_json_fixture("qwen2_trained.tokenizer.json")};
   const char* ascii_pool = " \t\n\r'sStdmlrve0123456789abcXYZ.,!?<|>_-";
@@ -121,7 +124,7 @@ TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
       } else {
         uint32_t cp;
         do {
-          cp = static_cast<uint32_t>(kind == 1 ? rng.integer(0x80, 0x800)
+          cp = static_cast<uint32_t>(kind == 1   ? rng.integer(0x80, 0x800)
                                      : kind == 2 ? rng.integer(0x800, 0x10000)
                                                  : rng.integer(0x10000, 0x110000));
         } while (cp >= 0xD800 && cp < 0xE000);
@@ -165,7 +168,8 @@ TEST(Tokenizer, StreamDecoderHoldsBackIncompleteCharacters) {
     EXPECT_EQ(all, text);
   }
   // Random id sequences (invalid UTF-8 included): chunks are valid and add up to decode().
-  const std::vector<int32_t> pool = tok.encode("\xE4\xB8\x96\xF0\x9F\x98\x80\xC3\xA9\xC3\xC3\x80 ab");
+  const std::vector<int32_t> pool =
+      tok.encode("\xE4\xB8\x96\xF0\x9F\x98\x80\xC3\xA9\xC3\xC3\x80 ab");
   for (int iter = 0; iter < 200; ++iter) {
     std::vector<int32_t> seq;
     for (int k = 0, n = static_cast<int>(rng.integer(1, 12)); k < n; ++k)
@@ -201,7 +205,8 @@ TEST(Tokenizer, ErrorsAreClear) {
     (void)tok.decode(bad);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(std::to_string(tok.vocab_size() + 7)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(tok.vocab_size() + 7)), std::string::npos)
+        << e.what();
   }
   const std::vector<int32_t> negative = {-1};
   EXPECT_THROW((void)tok.decode(negative), Error);
@@ -209,12 +214,14 @@ TEST(Tokenizer, ErrorsAreClear) {
   EXPECT_THROW(Tokenizer::from_json_string("{}"), Error);
   EXPECT_THROW(Tokenizer::from_json_file("/nonexistent/tokenizer.json"), Error);
   for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
-    const std::string js = std::string(R"({"model":{"type":")") + type + R"(","vocab":{}},"pre_tokenizer":null})";
+    const std::string js =
+        std::string(R"({"model":{"type":")") + type + R"(","vocab":{}},"pre_tokenizer":null})";
     try {
       (void)Tokenizer::from_json_string(js);
       FAIL() << "no error for " << type;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("only byte-level BPE supported"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("only byte-level BPE supported"), std::string::npos)
+          << e.what();
     }
   }
   // A merge whose parts are not in the vocab.
@@ -238,8 +245,9 @@ TEST(Tokenizer, ErrorsAreClear) {
 // the chat template; a TemplateProcessing post-processor implies a BOS.
 TEST(Tokenizer, ReadsTokenizerConfigAndPostProcessor) {
   json tj = load_tokenizer_fixture("gpt2_trained.tokenizer.json");
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("tp_tok_" + std::to_string(testing::test_seed()) + "_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("tp_tok_" + std::to_string(testing::test_seed()) + "_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << tj.dump();
   json cfg = {{"bos_token", "<mask>"},
@@ -267,11 +275,13 @@ TEST(Tokenizer, ReadsTokenizerConfigAndPostProcessor) {
 TEST(Tokenizer, EncodeIsFast) {
   const Tokenizer tok = load_json_fixture("llama3.tokenizer.json");
   std::string text;
-  while (text.size() < 200000) text += "The quick brown fox, it's 12345 jumps; def f(x):\n    return x  # ok\n";
+  while (text.size() < 200000)
+    text += "The quick brown fox, it's 12345 jumps; def f(x):\n    return x  # ok\n";
   const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok.encode(text);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("encode: %.1f MB/s (%zu bytes -> %zu ids)\n", double(text.size()) / s / 1e6, text.size(), ids.size());
+  std::printf("encode: %.1f MB/s (%zu bytes -> %zu ids)\n", double(text.size()) / s / 1e6,
+              text.size(), ids.size());
   EXPECT_EQ(tok.decode(ids), text);
   const std::string spaces(20000, ' ');
   EXPECT_EQ(tok.decode(tok.encode(spaces)), spaces);

@@ -1,11 +1,12 @@
+#include "tokenizer/unicode.h"
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/nfc.h"
-#include "tokenizer_fixture.h"
 #include "tokenizer/pre_tokenizer.h"
-#include "tokenizer/unicode.h"
+#include "tokenizer_fixture.h"
 
 namespace tensorpar {
 namespace {
@@ -33,10 +34,10 @@ TEST(Unicode, LossyReplacesMaximalSubparts) {
   const std::string r = "\xEF\xBF\xBD";
   EXPECT_EQ(utf8_lossy("\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64"),
             "a" + r + r + r + "b" + r + "c" + r + r + "d");
-  EXPECT_EQ(utf8_lossy("\xC0\xAF"), r + r);               // overlong lead
-  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), r + r + r);       // surrogate
+  EXPECT_EQ(utf8_lossy("\xC0\xAF"), r + r);                  // overlong lead
+  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), r + r + r);          // surrogate
   EXPECT_EQ(utf8_lossy("\xF4\x90\x80\x80"), r + r + r + r);  // past U+10FFFF
-  EXPECT_EQ(utf8_lossy("\xE2\x82"), r);                   // truncated
+  EXPECT_EQ(utf8_lossy("\xE2\x82"), r);                      // truncated
   EXPECT_EQ(utf8_incomplete_tail("ab\xE2\x82"), 2u);
   EXPECT_EQ(utf8_incomplete_tail("ab\xED\xA0"), 0u);  // can never complete
   EXPECT_EQ(utf8_incomplete_tail("ab\x80"), 0u);
@@ -44,13 +45,16 @@ TEST(Unicode, LossyReplacesMaximalSubparts) {
 }
 
 TEST(Unicode, CharacterClasses) {
-  for (uint32_t cp : {0x61u, 0x5Au, 0xE9u, 0x3A9u, 0x4F60u, 0x1F0u, 0xAC00u, 0x10400u}) EXPECT_TRUE(is_letter(cp)) << cp;
-  for (uint32_t cp : {0x30u, 0x39u, 0x663u, 0xBDu, 0x216Bu, 0x1D7D9u}) EXPECT_TRUE(is_number(cp)) << cp;
+  for (uint32_t cp : {0x61u, 0x5Au, 0xE9u, 0x3A9u, 0x4F60u, 0x1F0u, 0xAC00u, 0x10400u})
+    EXPECT_TRUE(is_letter(cp)) << cp;
+  for (uint32_t cp : {0x30u, 0x39u, 0x663u, 0xBDu, 0x216Bu, 0x1D7D9u})
+    EXPECT_TRUE(is_number(cp)) << cp;
   for (uint32_t cp : {0x20u, 0x21u, 0x301u, 0x1F600u, 0x200Bu, 0x3002u}) {
     EXPECT_FALSE(is_letter(cp)) << cp;
     EXPECT_FALSE(is_number(cp)) << cp;
   }
-  for (uint32_t cp : {0x20u, 0x09u, 0x0Au, 0x0Du, 0x85u, 0xA0u, 0x2003u, 0x3000u, 0x2028u}) EXPECT_TRUE(is_whitespace(cp));
+  for (uint32_t cp : {0x20u, 0x09u, 0x0Au, 0x0Du, 0x85u, 0xA0u, 0x2003u, 0x3000u, 0x2028u})
+    EXPECT_TRUE(is_whitespace(cp));
   for (uint32_t cp : {0x200Bu, 0xFEFFu, 0x1Cu, 0x61u}) EXPECT_FALSE(is_whitespace(cp));
 }
 
@@ -91,13 +95,18 @@ std::vector<std::string> pieces(PreTokenizer k, std::string_view s) {
 // A few hand-checked splits (the fixtures compare whole tokenizers against HF).
 TEST(PreTokenizer, SplitsLikeTheRegexes) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "Hello  world's 123!!"), (V{"Hello", " ", " world", "'s", " 123", "!!"}));
+  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "Hello  world's 123!!"),
+            (V{"Hello", " ", " world", "'s", " 123", "!!"}));
   EXPECT_EQ(pieces(PreTokenizer::kGpt2, "a  \n"), (V{"a", "  \n"}));
-  EXPECT_EQ(pieces(PreTokenizer::kLlama3, "I'M 12345 ok\n\n  x"), (V{"I", "'M", " ", "123", "45", " ok", "\n\n", " ", " x"}));
+  EXPECT_EQ(pieces(PreTokenizer::kLlama3, "I'M 12345 ok\n\n  x"),
+            (V{"I", "'M", " ", "123", "45", " ok", "\n\n", " ", " x"}));
   EXPECT_EQ(pieces(PreTokenizer::kQwen2, "x=123;\n"), (V{"x", "=", "1", "2", "3", ";\n"}));
   EXPECT_EQ(pieces(PreTokenizer::kSmolLM, "ab 12 c"), (V{"ab", " ", "1", "2", " c"}));
   EXPECT_EQ(pieces(PreTokenizer::kGpt2, ""), V{});
-  EXPECT_EQ(pieces(PreTokenizer::kLlama3, "\xFF\xFE" "ab"), (V{"\xFF\xFE", "ab"}));
+  EXPECT_EQ(pieces(PreTokenizer::kLlama3,
+                   "\xFF\xFE"
+                   "ab"),
+            (V{"\xFF\xFE", "ab"}));
 }
 
 }  // namespace
