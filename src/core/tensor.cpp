@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -31,7 +32,8 @@ static Shape contiguous_strides(const Shape& s) {
   int64_t acc = 1;
   for (size_t i = s.size(); i-- > 0;) {
     st[i] = acc;
-    acc *= s[i];
+    // A zero-size dim elsewhere can make numel fit while the strides do not: still an error.
+    acc = checked_mul(acc, std::max<int64_t>(s[i], 1), "contiguous_strides");
   }
   return st;
 }
@@ -92,15 +94,15 @@ int64_t Tensor::dim(int d) const {
 
 int64_t Tensor::nbytes() const { return dtype_nbytes(dtype_, numel_); }
 
-bool Tensor::is_contiguous() const { return numel_ <= 1 || strides_ == contiguous_strides(shape_) ||
-  [&] {  // dims of size 1 may carry any stride
-    int64_t acc = 1;
-    for (size_t i = shape_.size(); i-- > 0;) {
-      if (shape_[i] != 1 && strides_[i] != acc) return false;
-      acc *= shape_[i];
-    }
-    return true;
-  }(); }
+bool Tensor::is_contiguous() const {
+  if (numel_ <= 1) return true;
+  int64_t acc = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] != 1 && strides_[i] != acc) return false;  // size-1 dims may carry any stride
+    acc *= shape_[i];
+  }
+  return true;
+}
 
 void Tensor::check_type(DType t) const {
   TP_CHECK(t == dtype_, "[Tensor::data] requested ", dtype_name(t), " from a ", describe(),

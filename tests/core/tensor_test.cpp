@@ -28,6 +28,8 @@ TEST(Tensor, OverflowingShapeIsAnError) {
   EXPECT_THROW(Tensor::empty({-1, 4}, DType::kF32), Error);
   // numel fits in int64 but the byte count does not.
   EXPECT_THROW(Tensor::empty({int64_t(1) << 62, 1}, DType::kF32), Error);
+  // Zero elements, but strides that overflow.
+  EXPECT_THROW(Tensor::empty({0, big, big}, DType::kF32), Error);
 }
 
 TEST(Tensor, SliceIsAViewAlongAnyDim) {
