@@ -1,0 +1,80 @@
+// `tensorpar inspect --model M --tp N`: the model's config, every tensor (name, stored type,
+// shape) and the shard plan at TP size N with the bytes each rank reads. Reads headers only.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "io/gguf.h"
+#include "model/load_model.h"
+#include "model/shard_plan.h"
+
+namespace tensorpar::cli {
+
+namespace {
+
+struct InspectOptions {
+  CommonOptions common;
+  std::string model;
+};
+
+void run_inspect(const InspectOptions& o) {
+  const ModelConfig config = read_model_config(o.model);
+  const auto store = open_tensor_store(o.model);
+  const auto plan = shard_plan(config, store->tensors(), o.common.tp);
+  const int tp = o.common.tp;
+  std::vector<int64_t> total(size_t(tp), 0);
+  int64_t file_bytes = 0;
+  for (const auto& p : plan) {
+    file_bytes += p.info.nbytes;
+    for (int r = 0; r < tp; ++r) total[size_t(r)] += p.bytes[size_t(r)];
+  }
+  if (o.common.json) {
+    nlohmann::json cfg = {{"model_type", config.model_type}, {"layers", config.n_layers}, {"hidden", config.hidden},
+                          {"heads", config.n_heads}, {"kv_heads", config.n_kv_heads}, {"head_dim", config.head_dim},
+                          {"ffn", config.ffn}, {"vocab", config.vocab_size}, {"tied", config.tie_embeddings},
+                          {"rope_theta", config.rope.theta}, {"tp", tp}};
+    std::cout << nlohmann::json{{"config", cfg}}.dump() << "\n";
+    for (const auto& p : plan) {
+      nlohmann::json ranges = nlohmann::json::array();
+      for (const Range& r : p.ranges) ranges.push_back({r.begin, r.end});
+      std::cout << nlohmann::json{{"tensor", p.info.name}, {"dtype", p.info.format}, {"shape", p.info.shape},
+                                  {"bytes", p.info.nbytes}, {"split", p.split}, {"ranges", ranges},
+                                  {"bytes_per_rank", p.bytes}}
+                       .dump()
+                << "\n";
+    }
+    std::cout << nlohmann::json{{"file_bytes", file_bytes}, {"bytes_per_rank", total}}.dump() << "\n";
+    return;
+  }
+  std::printf("model: %s\nconfig: %s\n", o.model.c_str(), config.summary().c_str());
+  std::printf("tp %d: heads per rank (q / kv):", tp);
+  for (int r = 0; r < tp; ++r) {
+    const HeadRange h = partition_heads(config.n_heads, config.n_kv_heads, tp, r);
+    std::printf(" r%d %s/%s", r, range_str(h.q).c_str(), range_str(h.kv).c_str());
+  }
+  std::printf("\n\n%-48s %-6s %-16s %10s  %-10s %s\n", "tensor", "type", "shape", "bytes", "split", "ranges / bytes per rank");
+  for (const auto& p : plan) {
+    std::string per;
+    for (int r = 0; r < tp; ++r)
+      per += " " + range_str(p.ranges[size_t(r)]) + ":" + std::to_string(p.bytes[size_t(r)]);
+    std::printf("%-48s %-6s %-16s %10lld  %-10s%s\n", p.info.name.c_str(), p.info.format.c_str(),
+                shape_str(p.info.shape).c_str(), static_cast<long long>(p.info.nbytes), p.split.c_str(),
+                p.split == "replicated" ? "" : per.c_str());
+  }
+  std::printf("\n%zu tensors, %.2f MiB in the file; weight bytes per rank:", plan.size(), double(file_bytes) / (1 << 20));
+  for (int r = 0; r < tp; ++r) std::printf(" r%d %.2f MiB", r, double(total[size_t(r)]) / (1 << 20));
+  std::printf("\n");
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto opts = std::make_shared<InspectOptions>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Print a model's config, tensors and TP shard plan");
+  cmd->add_option("--model", opts->model, "GGUF file or Hugging Face directory")->required();
+  add_common_options(*cmd, opts->common);
+  cmd->callback([opts] { run_inspect(*opts); });
+}
+
+}  // namespace tensorpar::cli

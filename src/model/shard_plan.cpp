@@ -1,0 +1,73 @@
+// shard_plan (see shard_plan.h): tensor names of the llama family (HF and GGUF) and GPT-2.
+#include "model/shard_plan.h"
+
+#include "core/error.h"
+#include "parallel/parallel_attention.h"
+#include "parallel/parallel_mlp.h"
+
+namespace tensorpar {
+
+namespace {
+
+bool has(const std::string& s, const char* x) { return s.find(x) != std::string::npos; }
+
+Range scaled(Range r, int64_t f) { return {r.begin * f, r.end * f}; }
+
+}  // namespace
+
+std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<TensorInfo>& tensors, int tp) {
+  TP_CHECK(tp >= 1, "[shard_plan] tp: got ", tp, ", expected >= 1");
+  const int64_t HS = c.head_dim;
+  std::vector<Range> q, kv, vocab;
+  for (int r = 0; r < tp; ++r) {
+    const HeadRange h = partition_heads(c.n_heads, c.n_kv_heads, tp, r);
+    q.push_back(scaled(h.q, HS));
+    kv.push_back(scaled(h.kv, HS));
+    vocab.push_back(vocab_range(c.vocab_size, tp, r));
+  }
+  const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, 32);
+  const bool gpt2 = c.family == ArchFamily::kGpt2;
+  std::vector<TensorShardPlan> out;
+  for (const TensorInfo& t : tensors) {
+    TensorShardPlan p;
+    p.info = t;
+    const std::string& n = t.name;
+    const std::vector<Range>* ranges = nullptr;
+    int dim = 0;        // split dim of the stored tensor
+    int64_t parts = 1;  // GPT-2's fused c_attn holds 3 parts (q, k, v) per rank range
+    if (gpt2) {
+      if (has(n, "wte")) ranges = &vocab;
+      else if (has(n, "c_attn")) ranges = &q, dim = int(t.shape.size()) - 1, parts = 3;
+      else if (has(n, "attn.c_proj.weight")) ranges = &q, dim = 0;
+      else if (has(n, "mlp.c_fc")) ranges = &ffn, dim = int(t.shape.size()) - 1;
+      else if (has(n, "mlp.c_proj.weight")) ranges = &ffn, dim = 0;
+    } else {
+      if (has(n, "embed_tokens") || has(n, "token_embd") || has(n, "lm_head") || n == "output.weight") ranges = &vocab;
+      else if (has(n, "q_proj") || has(n, "attn_q.")) ranges = &q;
+      else if (has(n, "k_proj") || has(n, "v_proj") || has(n, "attn_k.") || has(n, "attn_v.")) ranges = &kv;
+      else if (has(n, "o_proj") || has(n, "attn_output")) ranges = &q, dim = 1;
+      else if (has(n, "gate_proj") || has(n, "up_proj") || has(n, "ffn_gate") || has(n, "ffn_up")) ranges = &ffn;
+      else if (has(n, "down_proj") || has(n, "ffn_down")) ranges = &ffn, dim = 1;
+    }
+    const int64_t numel = shape_numel(t.shape);
+    if (!ranges || dim >= int(t.shape.size())) {
+      p.split = "replicated";
+      for (int r = 0; r < tp; ++r) {
+        p.ranges.push_back({0, t.shape.empty() ? 1 : t.shape[0]});
+        p.bytes.push_back(t.nbytes);
+      }
+    } else {
+      p.split = dim == int(t.shape.size()) - 1 && t.shape.size() == 2 ? "cols" : "rows";
+      for (int r = 0; r < tp; ++r) {
+        const Range rr = (*ranges)[size_t(r)];
+        p.ranges.push_back(rr);
+        const int64_t local = numel / t.shape[size_t(dim)] * rr.size() * parts;
+        p.bytes.push_back(numel ? t.nbytes * local / numel : 0);
+      }
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace tensorpar
