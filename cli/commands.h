@@ -25,5 +25,7 @@ void add_inspect_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_train_command(CLI::App& app);
+void add_export_command(CLI::App& app);
 
 }  // namespace tensorpar::cli

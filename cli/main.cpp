@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
   tensorpar::cli::add_generate_command(app);
   tensorpar::cli::add_chat_command(app);
   tensorpar::cli::add_perplexity_command(app);
+  tensorpar::cli::add_train_command(app);
+  tensorpar::cli::add_export_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,47 @@
+// `tensorpar export`: a sharded training checkpoint -> a plain HF directory (config.json +
+// model.safetensors, + the tokenizer files when the run's tokenizer was an HF one) that
+// `tensorpar generate` and transformers load.
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "io/sharded_checkpoint.h"
+#include "train/hf_export.h"
+
+namespace tensorpar::cli {
+namespace {
+namespace fs = std::filesystem;
+
+struct ExportOptions {
+  std::string checkpoint, out;
+};
+
+void run_export(const ExportOptions& o) {
+  const int64_t n = export_hf(o.checkpoint, o.out);
+  const ShardedCheckpointReader r(o.checkpoint);
+  std::string note = "";
+  const std::string tok = r.state().value("tokenizer", std::string());
+  if (!tok.empty() && fs::is_directory(tok)) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(fs::path(tok) / f))
+        fs::copy_file(fs::path(tok) / f, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
+  } else if (!tok.empty() && fs::is_regular_file(tok) && tok.size() > 5 && tok.compare(tok.size() - 5, 5, ".json") == 0) {
+    fs::copy_file(tok, fs::path(o.out) / "tokenizer.json", fs::copy_options::overwrite_existing);
+  } else if (!tok.empty()) {
+    note = " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied)";
+  }
+  std::printf("exported %lld tensors of %s (step %lld) to %s%s\n", (long long)n, r.dir().c_str(),
+              (long long)r.state().value("step", int64_t(0)), o.out.c_str(), note.c_str());
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& app) {
+  auto o = std::make_shared<ExportOptions>();
+  CLI::App* cmd = app.add_subcommand("export", "Write a training checkpoint as a plain Hugging Face directory");
+  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint (a step-N directory or a root with latest)")->required();
+  cmd->add_option("--out", o->out, "Output HF directory")->required();
+  cmd->callback([o] { run_export(*o); });
+}
+
+}  // namespace tensorpar::cli
