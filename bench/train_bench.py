@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Training throughput of issue 5: one Llama-style model (~10M parameters by default) trained by
+tensorpar at tp 1 (2 threads) and tp 2 (1 thread per rank), side by side with PyTorch (CPU,
+transformers' LlamaForCausalLM, same config, batch, sequence length, AdamW, 2 threads) doing the
+same number of steps. Reports median tokens/s over the steps after warm-up, the ratios, and
+tensorpar's params+grads+AdamW memory per rank. Rounds alternate engines (the machine is shared
+and noisy: compare ratios within a round).
+
+Usage: PY=$(tools/venv.sh) && "$PY" bench/train_bench.py [--bin build/bin/tensorpar] [--rounds 2]
+         [--steps 12] [--warmup-steps 2] [--out results.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tensorpar_run(a, tp, threads):
+    cmd = [a.bin, "train", "--arch", "llama", "--layers", str(a.layers), "--hidden", str(a.hidden),
+           "--heads", str(a.heads), "--kv-heads", str(a.kv_heads), "--ffn", str(a.ffn), "--seq", str(a.seq),
+           "--vocab-from", a.tokenizer, "--data", a.data, "--batch", str(a.batch), "--steps", str(a.steps),
+           "--lr", "1e-3", "--tp", str(tp), "--threads-per-rank", str(threads), "--json"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"train_bench: {' '.join(cmd)} failed:\n{p.stderr}")
+    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    tps = [r["tokens_per_s"] for r in rows[a.warmup_steps:]]
+    m = re.search(r"([0-9.]+)M parameters.*per rank: ([0-9. /]+) MiB", p.stderr)
+    mem = [float(x) for x in m.group(2).split("/")] if m else []
+    vocab = re.search(r" V=(\d+)", p.stderr)
+    return {"tokens_per_s": statistics.median(tps), "params_m": float(m.group(1)) if m else None,
+            "mem_mib_per_rank": mem, "vocab": int(vocab.group(1)) if vocab else None,
+            "losses": [r["loss"] for r in rows]}
+
+
+def torch_run(a, vocab, threads):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=a.hidden, intermediate_size=a.ffn,
+                      num_hidden_layers=a.layers, num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                      max_position_embeddings=a.seq, tie_word_embeddings=True, attn_implementation="sdpa")
+    model = LlamaForCausalLM(cfg).float().train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    g = torch.Generator().manual_seed(1)
+    tps = []
+    for step in range(a.steps):
+        x = torch.randint(0, vocab, (a.batch, a.seq + 1), generator=g)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=False)
+        logits = model(input_ids=x[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if step >= a.warmup_steps:
+            tps.append(a.batch * a.seq / dt)
+    n = sum(p.numel() for p in model.parameters())
+    return {"tokens_per_s": statistics.median(tps), "params_m": n / 1e6, "torch": torch.__version__}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(REPO, "build/bin/tensorpar"))
+    ap.add_argument("--tokenizer", default=os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.json"))
+    ap.add_argument("--data", default="/usr/share/games/fortunes/computers" if os.path.isfile("/usr/share/games/fortunes/computers")
+                    else os.path.join(REPO, "tests/fixtures/README.md"))
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=384)
+    ap.add_argument("--heads", type=int, default=6)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--ffn", type=int, default=1024)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--warmup-steps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    results = []
+    for r in range(a.rounds):
+        tp1 = tensorpar_run(a, 1, 2)
+        tp2 = tensorpar_run(a, 2, 1)
+        pt = torch_run(a, tp1["vocab"], 2)
+        row = {"round": r, "tp1": tp1, "tp2": tp2, "torch": pt,
+               "tp1_vs_torch": tp1["tokens_per_s"] / pt["tokens_per_s"],
+               "tp2_vs_tp1": tp2["tokens_per_s"] / tp1["tokens_per_s"]}
+        results.append(row)
+        print(f"round {r}: tensorpar tp1x2 {tp1['tokens_per_s']:.0f} tok/s | tp2x1 {tp2['tokens_per_s']:.0f} tok/s | "
+              f"PyTorch 2 threads {pt['tokens_per_s']:.0f} tok/s | tp1/torch {row['tp1_vs_torch']:.2f}x | "
+              f"tp2/tp1 {row['tp2_vs_tp1']:.2f}x | params {tp1['params_m']:.2f}M (torch {pt['params_m']:.2f}M) | "
+              f"MiB/rank tp1 {tp1['mem_mib_per_rank']} tp2 {tp2['mem_mib_per_rank']}", flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"config": vars(a), "rounds": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
