@@ -116,6 +116,8 @@ void run_train(TrainCliOptions& o) {
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
       model = load_model(o.model, world, lo);
     } else if (!o.resume.empty()) {
+      TP_CHECK(resume_state.contains("config"), "[train] checkpoint ", o.resume,
+               " has no HF config (its model came from a GGUF file): pass that --model again to resume");
       model = init_model(ModelConfig::from_hf_json(resume_state.at("config"), o.resume), world, o.init_seed);
     } else {
       model = init_model(config_from_flags(o, vocab), world, o.init_seed);

@@ -65,7 +65,8 @@ float Trainer::evaluate() {
 void Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
-  state["config"] = hf_config_json(model_.config());
+  // A GGUF llama model (interleaved RoPE) has no HF config: its checkpoints resume with --model.
+  if (model_.config().rope.layout == RopeLayout::kHalfSplit) state["config"] = hf_config_json(model_.config());
   state["seed"] = o_.seed;
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault);
 }
