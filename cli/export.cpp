@@ -25,7 +25,8 @@ void run_export(const ExportOptions& o) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
       if (fs::exists(fs::path(tok) / f))
         fs::copy_file(fs::path(tok) / f, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
-  } else if (!tok.empty() && fs::is_regular_file(tok) && tok.size() > 5 && tok.compare(tok.size() - 5, 5, ".json") == 0) {
+  } else if (!tok.empty() && fs::is_regular_file(tok) && tok.size() > 5 &&
+             tok.compare(tok.size() - 5, 5, ".json") == 0) {
     fs::copy_file(tok, fs::path(o.out) / "tokenizer.json", fs::copy_options::overwrite_existing);
   } else if (!tok.empty()) {
     note = " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied)";
@@ -38,8 +39,11 @@ void run_export(const ExportOptions& o) {
 
 void add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
-  CLI::App* cmd = app.add_subcommand("export", "Write a training checkpoint as a plain Hugging Face directory");
-  cmd->add_option("--checkpoint", o->checkpoint, "Checkpoint (a step-N directory or a root with latest)")->required();
+  CLI::App* cmd =
+      app.add_subcommand("export", "Write a training checkpoint as a plain Hugging Face directory");
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "Checkpoint (a step-N directory or a root with latest)")
+      ->required();
   cmd->add_option("--out", o->out, "Output HF directory")->required();
   cmd->callback([o] { run_export(*o); });
 }

@@ -4,7 +4,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -29,7 +28,8 @@ struct TrainCliOptions {
 };
 
 Tokenizer tokenizer_from(const std::string& path) {
-  if (std::filesystem::is_regular_file(path) && path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+  if (std::filesystem::is_regular_file(path) && path.size() > 5 &&
+      path.compare(path.size() - 5, 5, ".json") == 0)
     return Tokenizer::from_json_file(path);
   return load_tokenizer(path);
 }
@@ -62,15 +62,16 @@ ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
 
 void print_step(const StepLog& l, bool json) {
   if (json) {
-    nlohmann::json j = {{"step", l.step}, {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
-                        {"ms_per_step", l.ms}, {"lr", l.lr}, {"grad_norm", l.grad_norm}};
+    nlohmann::json j = {{"step", l.step},      {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
+                        {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
     if (l.val_loss) j["val_loss"] = *l.val_loss;
     std::printf("%s\n", j.dump().c_str());
   } else {
     char val[32] = "";
     if (l.val_loss) std::snprintf(val, sizeof(val), " | val %.4f", double(*l.val_loss));
-    std::printf("step %5lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n", (long long)l.step,
-                double(l.loss), val, double(l.lr), l.grad_norm, l.tokens_per_s, l.ms);
+    std::printf("step %5lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n",
+                (long long)l.step, double(l.loss), val, double(l.lr), l.grad_norm, l.tokens_per_s,
+                l.ms);
   }
   std::fflush(stdout);
 }
@@ -80,8 +81,11 @@ void run_train(TrainCliOptions& o) {
   nlohmann::json resume_state;
   if (!o.resume.empty()) resume_state = ShardedCheckpointReader(o.resume).state();
   std::string tok_path = !o.vocab_from.empty() ? o.vocab_from : o.model;
-  if (tok_path.empty() && resume_state.contains("tokenizer")) tok_path = resume_state["tokenizer"].get<std::string>();
-  TP_CHECK(!tok_path.empty(), "[train] no tokenizer: pass --vocab-from TOKENIZER (HF dir, GGUF or tokenizer.json) or --model");
+  if (tok_path.empty() && resume_state.contains("tokenizer"))
+    tok_path = resume_state["tokenizer"].get<std::string>();
+  TP_CHECK(!tok_path.empty(),
+           "[train] no tokenizer: pass --vocab-from TOKENIZER (HF dir, GGUF or tokenizer.json) or "
+           "--model");
   TP_CHECK(!o.data.empty(), "[train] --data FILE|DIR is required");
   o.train.extra_state = {{"tokenizer", tok_path}, {"data", o.data}};
 
@@ -90,8 +94,9 @@ void run_train(TrainCliOptions& o) {
   lc.n_ranks = o.common.tp;
   lc.threads_per_rank = o.common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(lc.backend != Backend::kMpi || o.common.tp == 1 || o.common.tp == world.size(), "[train] --tp ",
-             o.common.tp, " does not match the MPI world of ", world.size(), " ranks");
+    TP_CHECK(lc.backend != Backend::kMpi || o.common.tp == 1 || o.common.tp == world.size(),
+             "[train] --tp ", o.common.tp, " does not match the MPI world of ", world.size(),
+             " ranks");
     const bool lead = world.rank() == 0;
     // Rank 0 reads and tokenises the corpus; the others receive it.
     TokenCorpus corpus;
@@ -104,8 +109,10 @@ void run_train(TrainCliOptions& o) {
       if (o.max_data_tokens > 0 && int64_t(corpus.train.size()) > o.max_data_tokens)
         corpus.train.resize(size_t(o.max_data_tokens));
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "[train] %s: %zu train + %zu validation tokens (vocab %lld), tokenised in %.1f s\n",
-                   o.data.c_str(), corpus.train.size(), corpus.val.size(), (long long)vocab, s);
+      std::fprintf(
+          stderr,
+          "[train] %s: %zu train + %zu validation tokens (vocab %lld), tokenised in %.1f s\n",
+          o.data.c_str(), corpus.train.size(), corpus.val.size(), (long long)vocab, s);
     }
     world.broadcast(&vocab, 1, DType::kI64, 0);
     broadcast_corpus(corpus, world);
@@ -116,9 +123,11 @@ void run_train(TrainCliOptions& o) {
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
       model = load_model(o.model, world, lo);
     } else if (!o.resume.empty()) {
-      TP_CHECK(resume_state.contains("config"), "[train] checkpoint ", o.resume,
-               " has no HF config (its model came from a GGUF file): pass that --model again to resume");
-      model = init_model(ModelConfig::from_hf_json(resume_state.at("config"), o.resume), world, o.init_seed);
+      TP_CHECK(
+          resume_state.contains("config"), "[train] checkpoint ", o.resume,
+          " has no HF config (its model came from a GGUF file): pass that --model again to resume");
+      model = init_model(ModelConfig::from_hf_json(resume_state.at("config"), o.resume), world,
+                         o.init_seed);
     } else {
       model = init_model(config_from_flags(o, vocab), world, o.init_seed);
     }
@@ -131,7 +140,9 @@ void run_train(TrainCliOptions& o) {
     int64_t mine[2] = {0, 0};
     for (const ParamShard& p : model->parameters()) {
       const int64_t n = p.value->numel();
-      mine[0] += p.shard_dim < 0 && world.rank() != 0 ? 0 : n / std::max(1, p.shard_dim < 0 ? 1 : p.copies);
+      mine[0] += p.shard_dim < 0 && world.rank() != 0
+                     ? 0
+                     : n / std::max(1, p.shard_dim < 0 ? 1 : p.copies);
       mine[1] += n * 4 * (p.grad ? 4 : 1);
     }
     std::vector<int64_t> all(size_t(2 * world.size()));
@@ -142,18 +153,22 @@ void run_train(TrainCliOptions& o) {
       for (int r = 0; r < world.size(); ++r) {
         n_params += all[size_t(2 * r)];
         char b[32];
-        std::snprintf(b, sizeof(b), "%s%.1f", r ? " / " : "", double(all[size_t(2 * r + 1)]) / (1 << 20));
+        std::snprintf(b, sizeof(b), "%s%.1f", r ? " / " : "",
+                      double(all[size_t(2 * r + 1)]) / (1 << 20));
         mem += b;
       }
-      std::fprintf(stderr, "[train] %s, %.2fM parameters, tp %d; params+grads+AdamW per rank: %s MiB; from step %lld\n",
-                   model->config().summary().c_str(), double(n_params) / 1e6, world.size(), mem.c_str(),
-                   (long long)trainer.step());
+      std::fprintf(stderr,
+                   "[train] %s, %.2fM parameters, tp %d; params+grads+AdamW per rank: %s MiB; from "
+                   "step %lld\n",
+                   model->config().summary().c_str(), double(n_params) / 1e6, world.size(),
+                   mem.c_str(), (long long)trainer.step());
     }
     trainer.run([&](const StepLog& l) {
       if (lead) print_step(l, o.common.json);
     });
     if (lead && !o.train.out_dir.empty())
-      std::fprintf(stderr, "[train] checkpoint: %s\n", resolve_checkpoint_dir(o.train.out_dir).c_str());
+      std::fprintf(stderr, "[train] checkpoint: %s\n",
+                   resolve_checkpoint_dir(o.train.out_dir).c_str());
   });
 }
 
@@ -161,40 +176,59 @@ void run_train(TrainCliOptions& o) {
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainCliOptions>();
-  CLI::App* cmd = app.add_subcommand("train", "Train (or fine-tune) a model with tensor parallelism");
+  CLI::App* cmd =
+      app.add_subcommand("train", "Train (or fine-tune) a model with tensor parallelism");
   add_common_options(*cmd, o->common);
-  cmd->add_option("--model", o->model, "Fine-tune this HF directory or GGUF file (quantized weights are dequantized)");
-  cmd->add_option("--arch", o->arch, "New model: llama | gpt2")->check(CLI::IsMember({"llama", "gpt2"}));
+  cmd->add_option("--model", o->model,
+                  "Fine-tune this HF directory or GGUF file (quantized weights are dequantized)");
+  cmd->add_option("--arch", o->arch, "New model: llama | gpt2")
+      ->check(CLI::IsMember({"llama", "gpt2"}));
   cmd->add_option("--layers", o->layers, "New model: layers")->check(CLI::Range(1, 1024));
   cmd->add_option("--hidden", o->hidden, "New model: hidden size")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--heads", o->heads, "New model: attention heads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--kv-heads", o->kv_heads, "New model: kv heads (llama; default = heads)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--ffn", o->ffn, "New model: MLP size (default llama 8/3 C rounded to 64, gpt2 4 C)")
+  cmd->add_option("--kv-heads", o->kv_heads, "New model: kv heads (llama; default = heads)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--ffn", o->ffn,
+                  "New model: MLP size (default llama 8/3 C rounded to 64, gpt2 4 C)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--seq", o->train.seq, "Tokens per sequence (also a new model's max positions)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--vocab-from", o->vocab_from, "Tokenizer: HF directory, GGUF file or tokenizer.json");
-  cmd->add_option("--data", o->data, "Text file, or a directory of text files (fortune files: *.dat skipped)");
-  cmd->add_option("--val-fraction", o->val_fraction, "Last fraction of the tokens held out for validation")
+  cmd->add_option("--vocab-from", o->vocab_from,
+                  "Tokenizer: HF directory, GGUF file or tokenizer.json");
+  cmd->add_option("--data", o->data,
+                  "Text file, or a directory of text files (fortune files: *.dat skipped)");
+  cmd->add_option("--val-fraction", o->val_fraction,
+                  "Last fraction of the tokens held out for validation")
       ->check(CLI::Range(0.0, 0.5));
-  cmd->add_option("--max-data-tokens", o->max_data_tokens, "Use at most this many training tokens (0 = all)");
-  cmd->add_option("--batch", o->train.batch, "Sequences per optimizer step")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--micro-batch", o->train.micro_batch, "Sequences per forward/backward (divides --batch; 0 = batch)")
+  cmd->add_option("--max-data-tokens", o->max_data_tokens,
+                  "Use at most this many training tokens (0 = all)");
+  cmd->add_option("--batch", o->train.batch, "Sequences per optimizer step")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--micro-batch", o->train.micro_batch,
+                  "Sequences per forward/backward (divides --batch; 0 = batch)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--steps", o->train.steps, "Total optimizer steps")->check(CLI::Range(int64_t(1), int64_t(1) << 40));
+  cmd->add_option("--steps", o->train.steps, "Total optimizer steps")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
   cmd->add_option("--lr", o->train.lr, "Peak learning rate")->check(CLI::Range(0.0f, 10.0f));
-  cmd->add_option("--min-lr", o->train.min_lr, "Learning rate at the end of the cosine")->check(CLI::Range(0.0f, 10.0f));
-  cmd->add_option("--warmup", o->train.warmup, "Linear warmup steps")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--min-lr", o->train.min_lr, "Learning rate at the end of the cosine")
+      ->check(CLI::Range(0.0f, 10.0f));
+  cmd->add_option("--warmup", o->train.warmup, "Linear warmup steps")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   cmd->add_option("--weight-decay", o->train.adam.weight_decay, "AdamW decoupled weight decay");
-  cmd->add_option("--clip", o->train.clip, "Max global gradient norm (0 = off)")->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--clip", o->train.clip, "Max global gradient norm (0 = off)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--seed", o->train.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");
-  cmd->add_option("--eval-every", o->train.eval_every, "Steps between validation losses (0 = never)");
-  cmd->add_option("--eval-batches", o->train.eval_batches, "Validation micro-batches per evaluation")
+  cmd->add_option("--eval-every", o->train.eval_every,
+                  "Steps between validation losses (0 = never)");
+  cmd->add_option("--eval-batches", o->train.eval_batches,
+                  "Validation micro-batches per evaluation")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--out", o->train.out_dir, "Checkpoint root directory (step-N/ + latest)");
-  cmd->add_option("--save-every", o->train.save_every, "Steps between checkpoints (0 = only at the end)");
-  cmd->add_option("--resume", o->resume, "Resume from this checkpoint (a step-N dir or a root with latest), any --tp");
+  cmd->add_option("--save-every", o->train.save_every,
+                  "Steps between checkpoints (0 = only at the end)");
+  cmd->add_option("--resume", o->resume,
+                  "Resume from this checkpoint (a step-N dir or a root with latest), any --tp");
   cmd->callback([o] { run_train(*o); });
 }
 

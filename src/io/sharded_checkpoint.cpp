@@ -26,7 +26,9 @@ namespace {
 constexpr const char* kFormat = "tensorpar-sharded-checkpoint-v1";
 constexpr const char* kShardKey = "shard:";
 
-std::string shape_json(const Shape& s) { return nlohmann::json(s).dump(); }
+std::string shape_json(const Shape& s) {
+  return nlohmann::json(s).dump();
+}
 
 void fsync_path(const std::string& path, bool directory) {
   const int fd = ::open(path.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
@@ -51,17 +53,20 @@ void write_checkpoint_shard(const std::string& path, const std::vector<ShardedTe
   for (const ShardedTensor& t : tensors) {
     const Shape& g = t.global_shape;
     const int nd = int(g.size());
-    TP_CHECK(t.shard_dim >= -1 && t.shard_dim < nd, "[write_checkpoint_shard] tensor '", t.name, "': shard_dim ",
-             t.shard_dim, " for global shape ", shape_json(g), " in '", path, "'");
+    TP_CHECK(t.shard_dim >= -1 && t.shard_dim < nd, "[write_checkpoint_shard] tensor '", t.name,
+             "': shard_dim ", t.shard_dim, " for global shape ", shape_json(g), " in '", path, "'");
     Shape expect = g;
     if (t.shard_dim >= 0) {
-      TP_CHECK(t.begin >= 0 && t.begin <= t.end && t.end <= g[size_t(t.shard_dim)], "[write_checkpoint_shard] tensor '",
-               t.name, "': range [", t.begin, ", ", t.end, ") outside global shape ", shape_json(g));
+      TP_CHECK(t.begin >= 0 && t.begin <= t.end && t.end <= g[size_t(t.shard_dim)],
+               "[write_checkpoint_shard] tensor '", t.name, "': range [", t.begin, ", ", t.end,
+               ") outside global shape ", shape_json(g));
       expect[size_t(t.shard_dim)] = t.end - t.begin;
     }
-    TP_CHECK(t.tensor.shape() == expect, "[write_checkpoint_shard] tensor '", t.name, "': got ", t.tensor.describe(),
-             ", expected shape ", shape_json(expect), " (global ", shape_json(g), ", shard_dim ", t.shard_dim, ")");
-    nlohmann::json m = {{"global_shape", g}, {"shard_dim", t.shard_dim}, {"begin", t.begin}, {"end", t.end}};
+    TP_CHECK(t.tensor.shape() == expect, "[write_checkpoint_shard] tensor '", t.name, "': got ",
+             t.tensor.describe(), ", expected shape ", shape_json(expect), " (global ",
+             shape_json(g), ", shard_dim ", t.shard_dim, ")");
+    nlohmann::json m = {
+        {"global_shape", g}, {"shard_dim", t.shard_dim}, {"begin", t.begin}, {"end", t.end}};
     if (t.shard_dim < 0) m["begin"] = 0, m["end"] = nd ? g[0] : 0;
     meta[std::string(kShardKey) + t.name] = m.dump();
     named.push_back({t.name, t.tensor});
@@ -90,8 +95,12 @@ void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann:
         t["pieces"] = nlohmann::json::array();
       }
       TP_CHECK(t["global_shape"] == m.at("global_shape"), "[write_checkpoint_index] tensor '", name,
-               "': global shape ", m.at("global_shape").dump(), " in ", file, ", expected ", t["global_shape"].dump());
-      t["pieces"].push_back({{"file", r}, {"shard_dim", m.at("shard_dim")}, {"begin", m.at("begin")}, {"end", m.at("end")}});
+               "': global shape ", m.at("global_shape").dump(), " in ", file, ", expected ",
+               t["global_shape"].dump());
+      t["pieces"].push_back({{"file", r},
+                             {"shard_dim", m.at("shard_dim")},
+                             {"begin", m.at("begin")},
+                             {"end", m.at("end")}});
     }
   }
   index["tensors"] = std::move(tensors);
@@ -100,7 +109,8 @@ void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann:
   write_file_atomic(dir + "/index.json", std::as_bytes(std::span(text.data(), text.size())));
 }
 
-void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root, const std::string& name) {
+void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root,
+                            const std::string& name) {
   fsync_path(tmp_dir, true);
   const fs::path dst = fs::path(root) / name;
   std::error_code ec;
@@ -110,10 +120,12 @@ void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root,
     const fs::path old = fs::path(root) / (".old-" + name);
     fs::remove_all(old, ec);
     fs::rename(dst, old, ec);
-    TP_CHECK(!ec, "[publish_checkpoint_dir] cannot move aside '", dst.string(), "': ", ec.message());
+    TP_CHECK(!ec, "[publish_checkpoint_dir] cannot move aside '", dst.string(),
+             "': ", ec.message());
   }
   fs::rename(tmp_dir, dst, ec);
-  TP_CHECK(!ec, "[publish_checkpoint_dir] renaming '", tmp_dir, "' to '", dst.string(), "': ", ec.message());
+  TP_CHECK(!ec, "[publish_checkpoint_dir] renaming '", tmp_dir, "' to '", dst.string(),
+           "': ", ec.message());
   fsync_path(root, true);
   const std::string pointer = name + "\n";
   write_file_atomic(root + "/latest", std::as_bytes(std::span(pointer.data(), pointer.size())));
@@ -128,15 +140,16 @@ std::string resolve_checkpoint_dir(const std::string& path) {
   std::ifstream f(latest);
   std::string name;
   std::getline(f, name);
-  TP_CHECK(!name.empty() && name.find('/') == std::string::npos, "[resolve_checkpoint_dir] '", latest.string(),
-           "' holds '", name, "', expected a checkpoint directory name");
+  TP_CHECK(!name.empty() && name.find('/') == std::string::npos, "[resolve_checkpoint_dir] '",
+           latest.string(), "' holds '", name, "', expected a checkpoint directory name");
   const std::string dir = (fs::path(path) / name).string();
-  TP_CHECK(fs::exists(fs::path(dir) / "index.json"), "[resolve_checkpoint_dir] '", latest.string(), "' names '",
-           dir, "', which has no index.json");
+  TP_CHECK(fs::exists(fs::path(dir) / "index.json"), "[resolve_checkpoint_dir] '", latest.string(),
+           "' names '", dir, "', which has no index.json");
   return dir;
 }
 
-ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path) : dir_(resolve_checkpoint_dir(path)) {
+ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path)
+    : dir_(resolve_checkpoint_dir(path)) {
   const std::string file = dir_ + "/index.json";
   std::ifstream f(file);
   TP_CHECK(f.good(), "[ShardedCheckpointReader] cannot open '", file, "'");
@@ -145,8 +158,8 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path) : dir_
   } catch (const nlohmann::json::exception& e) {
     TP_CHECK(false, "[ShardedCheckpointReader] '", file, "' is not valid JSON: ", e.what());
   }
-  TP_CHECK(index_.value("format", "") == kFormat, "[ShardedCheckpointReader] '", file, "': format '",
-           index_.value("format", ""), "', expected '", kFormat, "'");
+  TP_CHECK(index_.value("format", "") == kFormat, "[ShardedCheckpointReader] '", file,
+           "': format '", index_.value("format", ""), "', expected '", kFormat, "'");
   TP_CHECK(index_.contains("tensors") && index_.contains("files") && index_.contains("state"),
            "[ShardedCheckpointReader] '", file, "' lacks tensors/files/state");
   files_.resize(index_["files"].size());
@@ -155,9 +168,11 @@ ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path) : dir_
 ShardedCheckpointReader::~ShardedCheckpointReader() = default;
 
 SafetensorsFile& ShardedCheckpointReader::file(int64_t i) const {
-  TP_CHECK(i >= 0 && i < int64_t(files_.size()), "[ShardedCheckpointReader] file index ", i, " of ", files_.size(),
-           " in ", dir_);
-  if (!files_[size_t(i)]) files_[size_t(i)] = SafetensorsFile::open(dir_ + "/" + index_["files"][size_t(i)].get<std::string>());
+  TP_CHECK(i >= 0 && i < int64_t(files_.size()), "[ShardedCheckpointReader] file index ", i, " of ",
+           files_.size(), " in ", dir_);
+  if (!files_[size_t(i)])
+    files_[size_t(i)] =
+        SafetensorsFile::open(dir_ + "/" + index_["files"][size_t(i)].get<std::string>());
   return *files_[size_t(i)];
 }
 
@@ -177,16 +192,19 @@ Tensor ShardedCheckpointReader::read_full(const std::string& name) const {
   return read_slice(name, 0, 0, g.empty() ? 1 : g[0]);
 }
 
-Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int64_t begin, int64_t end) const {
+Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int64_t begin,
+                                           int64_t end) const {
   const Shape g = global_shape(name);
-  TP_CHECK(!g.empty() && dim >= 0 && dim < int(g.size()) && begin >= 0 && begin <= end && end <= g[size_t(dim)],
-           "[ShardedCheckpointReader] tensor '", name, "' ", shape_json(g), ": slice [", begin, ", ", end,
-           ") along dim ", dim, " is outside it");
+  TP_CHECK(!g.empty() && dim >= 0 && dim < int(g.size()) && begin >= 0 && begin <= end &&
+               end <= g[size_t(dim)],
+           "[ShardedCheckpointReader] tensor '", name, "' ", shape_json(g), ": slice [", begin,
+           ", ", end, ") along dim ", dim, " is outside it");
   Shape out_shape = g;
   out_shape[size_t(dim)] = end - begin;
   Tensor out = Tensor::empty(out_shape, DType::kF32);
   const nlohmann::json& pieces = index_["tensors"][name]["pieces"];
-  TP_CHECK(!pieces.empty(), "[ShardedCheckpointReader] tensor '", name, "' has no pieces in ", dir_);
+  TP_CHECK(!pieces.empty(), "[ShardedCheckpointReader] tensor '", name, "' has no pieces in ",
+           dir_);
   // A replicated piece holds everything.
   for (const nlohmann::json& p : pieces)
     if (p["shard_dim"].get<int>() < 0) {
@@ -198,8 +216,8 @@ Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int
   int sd = -1;
   for (const nlohmann::json& p : pieces) {
     const int psd = p["shard_dim"].get<int>();
-    TP_CHECK(sd < 0 || psd == sd, "[ShardedCheckpointReader] tensor '", name, "' is split along dims ", sd, " and ",
-             psd, " in ", dir_);
+    TP_CHECK(sd < 0 || psd == sd, "[ShardedCheckpointReader] tensor '", name,
+             "' is split along dims ", sd, " and ", psd, " in ", dir_);
     sd = psd;
     const int64_t pb = p["begin"].get<int64_t>(), pe = p["end"].get<int64_t>();
     if (pe <= pb) continue;
@@ -207,13 +225,15 @@ Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int
     if (sd == dim) lo = std::max(begin, pb), hi = std::min(end, pe);
     if (hi <= lo) continue;
     const int64_t off = sd == dim ? pb : 0;
-    Tensor piece = file(p["file"].get<int64_t>()).read_slice(name, dim, lo - off, hi - off, DType::kF32);
+    Tensor piece =
+        file(p["file"].get<int64_t>()).read_slice(name, dim, lo - off, hi - off, DType::kF32);
     Tensor dst = out.slice(dim, lo - begin, hi - begin);
     if (sd != dim) dst = dst.slice(sd, pb, pe);
     dst.copy_from(piece);
     covered.push_back(sd == dim ? std::make_pair(lo, hi) : std::make_pair(pb, pe));
   }
-  const int64_t want_lo = sd == dim ? begin : 0, want_hi = sd == dim ? end : (sd >= 0 ? g[size_t(sd)] : 0);
+  const int64_t want_lo = sd == dim ? begin : 0,
+                want_hi = sd == dim ? end : (sd >= 0 ? g[size_t(sd)] : 0);
   std::sort(covered.begin(), covered.end());
   int64_t reach = want_lo;
   for (const auto& [a, b] : covered) {
@@ -221,7 +241,8 @@ Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int
     reach = std::max(reach, b);
   }
   TP_CHECK(reach >= want_hi || (want_hi == want_lo), "[ShardedCheckpointReader] tensor '", name,
-           "': the pieces in ", dir_, " cover only up to ", reach, " of [", want_lo, ", ", want_hi, ") along dim ", sd);
+           "': the pieces in ", dir_, " cover only up to ", reach, " of [", want_lo, ", ", want_hi,
+           ") along dim ", sd);
   return out;
 }
 

@@ -9,10 +9,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/tensor.h"
 
@@ -45,7 +44,8 @@ void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann:
 // Publishes tmp_dir (whose files are already fsync'd) as root/<name>: fsyncs tmp_dir, renames it
 // (replacing an older root/<name>), fsyncs root, then atomically points root/latest at name.
 // A crash at any point leaves root/latest naming a whole checkpoint.
-void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root, const std::string& name);
+void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root,
+                            const std::string& name);
 
 // The checkpoint directory a path names: a directory with index.json, or a root whose `latest`
 // names one. Throws Error when neither.

@@ -22,22 +22,25 @@ ShardedTensor piece_of(const std::string& prefix, const ParamShard& p, const Ten
   return s;
 }
 
-void read_into(const ShardedCheckpointReader& r, const std::string& name, const ParamShard& p, Tensor& dst) {
+void read_into(const ShardedCheckpointReader& r, const std::string& name, const ParamShard& p,
+               Tensor& dst) {
   TP_CHECK(r.has(name), "[load_checkpoint] checkpoint ", r.dir(), " has no tensor '", name, "'");
   const Shape g = r.global_shape(name);
-  TP_CHECK(g == p.global_shape, "[load_checkpoint] tensor '", name, "' in ", r.dir(), " has global shape ",
-           nlohmann::json(g).dump(), ", expected ", nlohmann::json(p.global_shape).dump());
+  TP_CHECK(g == p.global_shape, "[load_checkpoint] tensor '", name, "' in ", r.dir(),
+           " has global shape ", nlohmann::json(g).dump(), ", expected ",
+           nlohmann::json(p.global_shape).dump());
   if (p.value->numel() == 0) return;
-  Tensor t = p.shard_dim < 0 ? r.read_full(name) : r.read_slice(name, p.shard_dim, p.range.begin, p.range.end);
-  TP_CHECK(t.shape() == dst.shape(), "[load_checkpoint] slice of '", name, "' is ", t.describe(), ", expected ",
-           dst.describe());
+  Tensor t = p.shard_dim < 0 ? r.read_full(name)
+                             : r.read_slice(name, p.shard_dim, p.range.begin, p.range.end);
+  TP_CHECK(t.shape() == dst.shape(), "[load_checkpoint] slice of '", name, "' is ", t.describe(),
+           ", expected ", dst.describe());
   dst.copy_from(t);
 }
 
 }  // namespace
 
-void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params, AdamW& opt,
-                     Communicator& tp, nlohmann::json state, const SaveFault& fault) {
+void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
+                     AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault) {
   const std::string name = "step-" + std::to_string(step);
   const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
   if (tp.rank() == 0) {
@@ -59,7 +62,8 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
   write_checkpoint_shard(tmp + "/" + checkpoint_shard_file(tp.rank(), tp.size()), pieces);
   tp.barrier();
   if (tp.rank() == 0) {
-    TP_CHECK(fault.fail_at != 1, "[save_checkpoint] injected fault after the shard files of ", name);
+    TP_CHECK(fault.fail_at != 1, "[save_checkpoint] injected fault after the shard files of ",
+             name);
     state["step"] = step;
     state["optimizer_steps"] = opt.steps();
     state["tp"] = tp.size();
@@ -70,7 +74,8 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
   tp.barrier();
 }
 
-nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params, AdamW* opt) {
+nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,
+                               AdamW* opt) {
   ShardedCheckpointReader r(path);
   for (const ParamShard& p : params) {
     read_into(r, "param/" + p.name, p, *p.value);

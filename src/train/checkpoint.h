@@ -6,10 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "comm/communicator.h"
 #include "model/causal_lm.h"
@@ -26,12 +25,14 @@ struct SaveFault {
 // Collective over tp. Writes <root>/step-<step> (via <root>/.tmp-step-<step>) and points
 // <root>/latest at it. `state` (JSON) is stored in the index under "state" with "step",
 // "optimizer_steps" and "tp" added.
-void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params, AdamW& opt,
-                     Communicator& tp, nlohmann::json state, const SaveFault& fault = {});
+void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
+                     AdamW& opt, Communicator& tp, nlohmann::json state,
+                     const SaveFault& fault = {});
 
 // Reads this rank's slice of every parameter (and, with opt, its moments and step count) from
 // the checkpoint `path` names (a step directory, or a root with `latest`). Returns the state.
 // Throws Error naming the tensor when a parameter is missing or its global shape differs.
-nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params, AdamW* opt);
+nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,
+                               AdamW* opt);
 
 }  // namespace tensorpar

@@ -21,7 +21,8 @@ uint64_t splitmix64(uint64_t x) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -40,8 +41,8 @@ std::vector<std::string> list_text_files(const std::string& path) {
   return out;
 }
 
-TokenCorpus tokenize_corpus(const std::vector<std::string>& files, const Tokenizer& tokenizer, double val_fraction,
-                            int64_t seq) {
+TokenCorpus tokenize_corpus(const std::vector<std::string>& files, const Tokenizer& tokenizer,
+                            double val_fraction, int64_t seq) {
   TP_CHECK(val_fraction >= 0 && val_fraction < 1, "[tokenize_corpus] val_fraction ", val_fraction,
            ", expected in [0, 1)");
   std::vector<int32_t> all;
@@ -57,8 +58,8 @@ TokenCorpus tokenize_corpus(const std::vector<std::string>& files, const Tokeniz
   }
   const int64_t n = int64_t(all.size());
   const int64_t n_val = int64_t(double(n) * val_fraction);
-  TP_CHECK(n - n_val > seq + 1 && (n_val == 0 || n_val > seq + 1), "[tokenize_corpus] ", n, " tokens (", n_val,
-           " for validation) are too few for windows of ", seq + 1, " tokens");
+  TP_CHECK(n - n_val > seq + 1 && (n_val == 0 || n_val > seq + 1), "[tokenize_corpus] ", n,
+           " tokens (", n_val, " for validation) are too few for windows of ", seq + 1, " tokens");
   TokenCorpus c;
   c.train.assign(all.begin(), all.end() - n_val);
   c.val.assign(all.end() - n_val, all.end());
@@ -75,17 +76,19 @@ void broadcast_corpus(TokenCorpus& corpus, Communicator& comm, int root) {
   comm.broadcast(corpus.val.data(), sizes[1], DType::kI32, root);
 }
 
-void sample_windows(Tensor& tokens, Tensor& targets, std::span<const int32_t> data, int64_t B, int64_t T,
-                    uint64_t seed, uint64_t stream, uint64_t index) {
+void sample_windows(Tensor& tokens, Tensor& targets, std::span<const int32_t> data, int64_t B,
+                    int64_t T, uint64_t seed, uint64_t stream, uint64_t index) {
   const int64_t n = int64_t(data.size());
-  TP_CHECK(B >= 1 && T >= 1 && n >= T + 1, "[sample_windows] ", n, " tokens cannot give ", B, " windows of ", T + 1);
+  TP_CHECK(B >= 1 && T >= 1 && n >= T + 1, "[sample_windows] ", n, " tokens cannot give ", B,
+           " windows of ", T + 1);
   tokens = Tensor::empty({B, T}, DType::kI64);
   targets = Tensor::empty({B, T}, DType::kI64);
   int64_t* x = tokens.data<int64_t>();
   int64_t* y = targets.data<int64_t>();
   const uint64_t starts = uint64_t(n - T);  // start in [0, n - T - 1]
   for (int64_t b = 0; b < B; ++b) {
-    const uint64_t h = splitmix64(splitmix64(splitmix64(seed ^ (stream * 0x2545F4914F6CDD1Dull)) + index) + uint64_t(b));
+    const uint64_t h = splitmix64(
+        splitmix64(splitmix64(seed ^ (stream * 0x2545F4914F6CDD1Dull)) + index) + uint64_t(b));
     const int64_t s = int64_t(h % starts);
     for (int64_t t = 0; t < T; ++t) {
       x[b * T + t] = data[size_t(s + t)];

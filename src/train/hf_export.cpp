@@ -13,10 +13,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json token_id(int64_t id) { return id < 0 ? nlohmann::json(nullptr) : nlohmann::json(id); }
+nlohmann::json token_id(int64_t id) {
+  return id < 0 ? nlohmann::json(nullptr) : nlohmann::json(id);
+}
 
 // (rows, cols) -> (cols, rows)
-Tensor transposed(const Tensor& t) { return t.transpose(0, 1).contiguous(); }
+Tensor transposed(const Tensor& t) {
+  return t.transpose(0, 1).contiguous();
+}
 
 }  // namespace
 
@@ -37,11 +41,15 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
          {"scale_attn_weights", true},
          {"tie_word_embeddings", true}};
   } else {
-    TP_CHECK(c.rope.layout == RopeLayout::kHalfSplit, "[hf_config_json] this model uses interleaved RoPE (its weights "
+    TP_CHECK(c.rope.layout == RopeLayout::kHalfSplit,
+             "[hf_config_json] this model uses interleaved RoPE (its weights "
              "came from a GGUF llama file); it has no HF config.json form");
-    const std::string type = c.model_type.empty() || c.model_type == "smollm2" ? "llama" : c.model_type;
-    j = {{"architectures", {type == "qwen2" ? "Qwen2ForCausalLM" : type == "mistral" ? "MistralForCausalLM"
-                                                                                   : "LlamaForCausalLM"}},
+    const std::string type =
+        c.model_type.empty() || c.model_type == "smollm2" ? "llama" : c.model_type;
+    j = {{"architectures",
+          {type == "qwen2"     ? "Qwen2ForCausalLM"
+           : type == "mistral" ? "MistralForCausalLM"
+                               : "LlamaForCausalLM"}},
          {"model_type", type},
          {"vocab_size", c.vocab_size},
          {"hidden_size", c.hidden},
@@ -77,7 +85,8 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
 
 int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
   ShardedCheckpointReader r(checkpoint);
-  TP_CHECK(r.state().contains("config"), "[export_hf] checkpoint ", r.dir(), " has no model config in its index");
+  TP_CHECK(r.state().contains("config"), "[export_hf] checkpoint ", r.dir(),
+           " has no model config in its index");
   const nlohmann::json config = r.state()["config"];
   const ModelConfig c = ModelConfig::from_hf_json(config, r.dir() + "/index.json");
   const std::string prefix = "param/";
@@ -90,8 +99,9 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
     if (c.family == ArchFamily::kGpt2) {
       const auto qkv = name.find(".attn.c_attn.");
       if (qkv != std::string::npos) continue;  // assembled per layer below
-      const bool conv1d = name.find(".weight") != std::string::npos &&
-                          (name.find(".c_proj.") != std::string::npos || name.find(".c_fc.") != std::string::npos);
+      const bool conv1d =
+          name.find(".weight") != std::string::npos &&
+          (name.find(".c_proj.") != std::string::npos || name.find(".c_fc.") != std::string::npos);
       if (conv1d) t = transposed(t);
     }
     out.push_back({name, t});
@@ -103,7 +113,8 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
       Tensor w = Tensor::empty({C, 3 * C}, DType::kF32), b = Tensor::empty({3 * C}, DType::kF32);
       for (int k = 0; k < 3; ++k) {
         const std::string part(1, "qkv"[k]);
-        w.slice(1, k * C, (k + 1) * C).copy_from(transposed(r.read_full(prefix + p + part + ".weight")));
+        w.slice(1, k * C, (k + 1) * C)
+            .copy_from(transposed(r.read_full(prefix + p + part + ".weight")));
         b.slice(0, k * C, (k + 1) * C).copy_from(r.read_full(prefix + p + part + ".bias"));
       }
       out.push_back({p + "weight", w});

@@ -3,9 +3,8 @@
 // GPT-2's q/k/v fused back into c_attn and its Conv1D weights transposed back to [in, out]).
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/model_config.h"
 

@@ -11,7 +11,8 @@ namespace tensorpar {
 AdamWState& AdamW::state(const ParamShard& p) {
   auto it = state_.find(p.name);
   if (it == state_.end()) {
-    AdamWState s{Tensor::zeros(p.value->shape(), DType::kF32), Tensor::zeros(p.value->shape(), DType::kF32)};
+    AdamWState s{Tensor::zeros(p.value->shape(), DType::kF32),
+                 Tensor::zeros(p.value->shape(), DType::kF32)};
     it = state_.emplace(p.name, std::move(s)).first;
   }
   TP_CHECK(it->second.exp_avg.shape() == p.value->shape(), "[AdamW] state of '", p.name, "' is ",
@@ -25,13 +26,14 @@ void AdamW::step(const std::vector<ParamShard>& params, float lr) {
   cfg.lr = lr;
   for (const ParamShard& p : params) {
     if (!p.grad || p.value->numel() == 0) continue;
-    TP_CHECK(p.value->dtype() == DType::kF32 && p.value->is_contiguous(), "[AdamW] parameter '", p.name, "' is ",
-             p.value->describe(), ", expected contiguous f32 master weights");
-    TP_CHECK(p.grad->shape() == p.value->shape() && p.grad->dtype() == DType::kF32, "[AdamW] gradient of '", p.name,
-             "' is ", p.grad->describe(), ", expected f32 ", p.value->describe());
+    TP_CHECK(p.value->dtype() == DType::kF32 && p.value->is_contiguous(), "[AdamW] parameter '",
+             p.name, "' is ", p.value->describe(), ", expected contiguous f32 master weights");
+    TP_CHECK(p.grad->shape() == p.value->shape() && p.grad->dtype() == DType::kF32,
+             "[AdamW] gradient of '", p.name, "' is ", p.grad->describe(), ", expected f32 ",
+             p.value->describe());
     AdamWState& s = state(p);
-    adamw_step(p.value->data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(), p.grad->data<float>(),
-               p.value->numel(), steps_, cfg);
+    adamw_step(p.value->data<float>(), s.exp_avg.data<float>(), s.exp_avg_sq.data<float>(),
+               p.grad->data<float>(), p.value->numel(), steps_, cfg);
   }
 }
 
@@ -49,7 +51,8 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp)
     const float* g = p.grad->data<float>();
     double s = 0;
     for (int64_t i = 0, n = p.grad->numel(); i < n; ++i) s += double(g[i]) * double(g[i]);
-    TP_CHECK(p.copies >= 1, "[global_grad_norm] '", p.name, "' has copies ", p.copies, ", expected >= 1");
+    TP_CHECK(p.copies >= 1, "[global_grad_norm] '", p.name, "' has copies ", p.copies,
+             ", expected >= 1");
     local += s / double(p.copies);
   }
   // Gather the doubles bitwise (no f64 reduction dtype) and add in rank order on every rank.

@@ -19,8 +19,8 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
            " is not a multiple of micro_batch ", o_.micro_batch);
   TP_CHECK(o_.seq >= 1 && o_.seq <= model.config().max_position, "[Trainer] seq ", o_.seq,
            ", expected in [1, max_position = ", model.config().max_position, "]");
-  TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ", corpus.train.size(),
-           " tokens, too few for seq ", o_.seq);
+  TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
+           corpus.train.size(), " tokens, too few for seq ", o_.seq);
 }
 
 void Trainer::resume(const std::string& path) {
@@ -35,7 +35,8 @@ StepLog Trainer::train_step() {
   double loss = 0;
   Tensor x, y;
   for (int64_t m = 0; m < n_micro; ++m) {
-    sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream, uint64_t(step_ * n_micro + m));
+    sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
+                   uint64_t(step_ * n_micro + m));
     loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
   }
   std::vector<ParamShard> params = model_.parameters();
@@ -66,7 +67,8 @@ void Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
   // A GGUF llama model (interleaved RoPE) has no HF config: its checkpoints resume with --model.
-  if (model_.config().rope.layout == RopeLayout::kHalfSplit) state["config"] = hf_config_json(model_.config());
+  if (model_.config().rope.layout == RopeLayout::kHalfSplit)
+    state["config"] = hf_config_json(model_.config());
   state["seed"] = o_.seed;
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault);
 }
@@ -74,8 +76,11 @@ void Trainer::save(const SaveFault& fault) {
 void Trainer::run(const std::function<void(const StepLog&)>& on_step) {
   while (step_ < o_.steps) {
     StepLog log = train_step();
-    if (o_.eval_every > 0 && (step_ % o_.eval_every == 0 || step_ == o_.steps)) log.val_loss = evaluate();
-    if (!o_.out_dir.empty() && ((o_.save_every > 0 && step_ % o_.save_every == 0) || step_ == o_.steps)) save();
+    if (o_.eval_every > 0 && (step_ % o_.eval_every == 0 || step_ == o_.steps))
+      log.val_loss = evaluate();
+    if (!o_.out_dir.empty() &&
+        ((o_.save_every > 0 && step_ % o_.save_every == 0) || step_ == o_.steps))
+      save();
     if (on_step) on_step(log);
   }
 }

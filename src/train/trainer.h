@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "model/causal_lm.h"
 #include "train/checkpoint.h"
@@ -19,20 +18,20 @@
 namespace tensorpar {
 
 struct TrainOptions {
-  int64_t steps = 100;        // total optimizer steps (the run ends at this step)
-  int64_t batch = 8;          // sequences per optimizer step
-  int64_t micro_batch = 0;    // sequences per forward/backward (0: = batch); must divide batch
-  int64_t seq = 128;          // tokens per sequence
+  int64_t steps = 100;      // total optimizer steps (the run ends at this step)
+  int64_t batch = 8;        // sequences per optimizer step
+  int64_t micro_batch = 0;  // sequences per forward/backward (0: = batch); must divide batch
+  int64_t seq = 128;        // tokens per sequence
   float lr = 1e-3f, min_lr = 0.0f;
   int64_t warmup = 0;
   AdamWConfig adam{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};  // lr here is ignored (schedule gives it)
-  double clip = 1.0;          // max global gradient norm (0: no clipping)
-  uint64_t seed = 1234;       // data windows
-  int64_t eval_every = 0;     // steps between validation losses (0: never)
-  int64_t eval_batches = 4;   // validation batches of micro_batch sequences
-  int64_t save_every = 0;     // steps between checkpoints (0: only at the end when out_dir set)
-  std::string out_dir;        // checkpoint root ("" = no checkpoints)
-  nlohmann::json extra_state; // stored in every checkpoint's state (e.g. the tokenizer path)
+  double clip = 1.0;                                  // max global gradient norm (0: no clipping)
+  uint64_t seed = 1234;                               // data windows
+  int64_t eval_every = 0;                             // steps between validation losses (0: never)
+  int64_t eval_batches = 4;                           // validation batches of micro_batch sequences
+  int64_t save_every = 0;      // steps between checkpoints (0: only at the end when out_dir set)
+  std::string out_dir;         // checkpoint root ("" = no checkpoints)
+  nlohmann::json extra_state;  // stored in every checkpoint's state (e.g. the tokenizer path)
 };
 
 struct StepLog {

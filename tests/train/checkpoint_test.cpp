@@ -2,6 +2,8 @@
 // parameters and moments, crash safety (injected faults, and a child process killed while it
 // saves), exact resume, and export to an HF directory that load_model reads back to the same
 // logits.
+#include "train/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -11,7 +13,6 @@
 #include <fstream>
 
 #include "io/sharded_checkpoint.h"
-#include "train/checkpoint.h"
 #include "train/hf_export.h"
 #include "train/train_test_util.h"
 #include "train/trainer.h"
@@ -21,7 +22,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string fresh_dir(const std::string& tag) {
-  const fs::path p = fs::temp_directory_path() / ("tp_ckpt_" + tag + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("tp_ckpt_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();
@@ -65,8 +67,10 @@ Snapshot snapshot(CausalLM& m, AdamW& opt, std::mutex& mu, Snapshot& s) {
 TEST(ShardedCheckpoint, ReshardsBitwise) {
   const ModelConfig c = tiny_llama();
   const TokenCorpus corpus = random_corpus(4000, c.vocab_size, 1);
-  for (auto [tp_save, tp_load] : {std::pair{2, 3}, std::pair{3, 1}, std::pair{2, 2}, std::pair{1, 4}}) {
-    SCOPED_TRACE("save at tp " + std::to_string(tp_save) + ", load at tp " + std::to_string(tp_load));
+  for (auto [tp_save, tp_load] :
+       {std::pair{2, 3}, std::pair{3, 1}, std::pair{2, 2}, std::pair{1, 4}}) {
+    SCOPED_TRACE("save at tp " + std::to_string(tp_save) + ", load at tp " +
+                 std::to_string(tp_load));
     const std::string root = fresh_dir("reshard");
     TrainOptions o = small_options();
     o.steps = 2;
@@ -220,7 +224,8 @@ TEST(ShardedCheckpoint, SurvivesSigkillDuringSave) {
 TEST(ShardedCheckpoint, ErrorsNameTheProblem) {
   const std::string root = fresh_dir("errors");
   EXPECT_THROW(ShardedCheckpointReader r(root), Error);
-  ShardedTensor t{"a", Tensor::zeros({2, 3}, DType::kF32), {4, 3}, 0, 0, 3};  // 3 rows declared, 2 held
+  ShardedTensor t{"a", Tensor::zeros({2, 3}, DType::kF32), {4, 3}, 0, 0,
+                  3};  // 3 rows declared, 2 held
   EXPECT_THROW(write_checkpoint_shard(root + "/x.safetensors", {t}), Error);
   // Pieces that do not cover the tensor.
   const std::string tmp = root + "/.tmp";

@@ -1,12 +1,13 @@
 // AdamW over shards against PyTorch (tools/make_fixtures.py: params_after_3_steps.safetensors)
 // at TP 1..4; the LR schedule; global gradient-norm clipping equal at every TP size and against a
 // naive double-precision norm of the assembled gradients.
+#include "train/optimizer.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "train/optimizer.h"
 #include "train/train_test_util.h"
 
 namespace tensorpar::testing {
@@ -31,8 +32,8 @@ TEST_P(AdamWFixture, ThreeStepsMatchPyTorchAtTp1To4) {
   std::ifstream jf(dir + "/train.json");
   const auto meta = nlohmann::json::parse(jf);
   const auto& a = meta["adamw"];
-  const AdamWConfig cfg{a["lr"].get<float>(), a["beta1"].get<float>(), a["beta2"].get<float>(), a["eps"].get<float>(),
-                        a["weight_decay"].get<float>()};
+  const AdamWConfig cfg{a["lr"].get<float>(), a["beta1"].get<float>(), a["beta2"].get<float>(),
+                        a["eps"].get<float>(), a["weight_decay"].get<float>()};
   auto ref = SafetensorsFile::open(dir + "/params_after_3_steps.safetensors");
   for (int tp = 1; tp <= 4; ++tp) {
     SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp));
@@ -88,7 +89,8 @@ TEST(ClipGradNorm, SameAtEveryTpAndMatchesNaive) {
   for (auto& r : rows)
     for (auto& x : r) x = rng.integer(0, 256);
   for (size_t b = 0; b < rows.size(); ++b)
-    for (size_t t = 0; t < rows[b].size(); ++t) next[b][t] = t + 1 < rows[b].size() ? rows[b][t + 1] : 3;
+    for (size_t t = 0; t < rows[b].size(); ++t)
+      next[b][t] = t + 1 < rows[b].size() ? rows[b][t + 1] : 3;
   const Tensor tokens = ids_tensor(rows), targets = ids_tensor(next);
   double tp1_norm = 0;
   for (int tp = 1; tp <= 4; ++tp) {
@@ -123,7 +125,8 @@ TEST(ClipGradNorm, SameAtEveryTpAndMatchesNaive) {
 // Hand-made shards: one Replicated on every rank, one split in two rows halves; counted once.
 TEST(ClipGradNorm, HandMadeShardsCountOnce) {
   run_model_ranks(2, [&](Communicator& world) {
-    Tensor rv = Tensor::zeros({3}, DType::kF32), rg = Tensor::from_f32({3}, std::vector<float>{1, 2, 2});
+    Tensor rv = Tensor::zeros({3}, DType::kF32),
+           rg = Tensor::from_f32({3}, std::vector<float>{1, 2, 2});
     Tensor sv = Tensor::zeros({1, 2}, DType::kF32);
     Tensor sg = world.rank() == 0 ? Tensor::from_f32({1, 2}, std::vector<float>{3, 0})
                                   : Tensor::from_f32({1, 2}, std::vector<float>{0, 4});

@@ -37,11 +37,14 @@ inline void gather_into(Gathered& full, std::mutex& mu, const ParamShard& p, con
 }
 
 // The fixture tensor for our parameter `name` of global `shape`, in our layout.
-inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::string& name, const Shape& shape) {
-  auto transposed = [](const std::vector<float>& m, int64_t rows, int64_t cols, int64_t col0, int64_t ncols) {
+inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::string& name,
+                                         const Shape& shape) {
+  auto transposed = [](const std::vector<float>& m, int64_t rows, int64_t cols, int64_t col0,
+                       int64_t ncols) {
     std::vector<float> out(size_t(ncols * rows));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < ncols; ++c) out[size_t(c * rows + r)] = m[size_t(r * cols + col0 + c)];
+      for (int64_t c = 0; c < ncols; ++c)
+        out[size_t(c * rows + r)] = m[size_t(r * cols + col0 + c)];
     return out;
   };
   const auto part = name.find(".c_attn.");
@@ -50,7 +53,8 @@ inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::
     const std::string base = name.substr(0, part) + ".c_attn." + name.substr(part + 10);
     const auto m = ref.read(base).to_vector();
     const int64_t C = shape[0];
-    if (shape.size() == 1) return std::vector<float>(m.begin() + which * C, m.begin() + (which + 1) * C);
+    if (shape.size() == 1)
+      return std::vector<float>(m.begin() + which * C, m.begin() + (which + 1) * C);
     return transposed(m, C, 3 * C, which * C, C);
   }
   const auto m = ref.read(name).to_vector();
@@ -61,7 +65,8 @@ inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::
 
 inline double norm_ratio(const std::vector<float>& a, const std::vector<float>& b) {
   double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
+  for (size_t i = 0; i < a.size(); ++i)
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
   return n == 0 ? std::sqrt(d) : std::sqrt(d / n);
 }
 

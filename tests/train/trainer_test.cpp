@@ -1,6 +1,8 @@
 // A short real run: a tiny Llama trained on real text (this repo's fixture README, tokenised with
 // the fixture's trained byte-level BPE) for a few dozen steps at tp 1 and 2; the loss must fall
 // well below its start and the validation loss below the uniform-distribution loss.
+#include "train/trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,14 +10,15 @@
 
 #include "tokenizer/tokenizer.h"
 #include "train/train_test_util.h"
-#include "train/trainer.h"
 
 namespace tensorpar::testing {
 namespace {
 
 TEST(Trainer, ShortRealRunLossFalls) {
-  const Tokenizer tok = Tokenizer::from_json_file(std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json");
-  const TokenCorpus corpus = tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, tok, 0.1, 32);
+  const Tokenizer tok = Tokenizer::from_json_file(std::string(TP_FIXTURES_DIR) +
+                                                  "/tokenizer/gpt2_trained.tokenizer.json");
+  const TokenCorpus corpus =
+      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, tok, 0.1, 32);
   ASSERT_GT(corpus.train.size(), 1000u);
   ModelConfig c = tiny_llama(tok.vocab_size());
   c.tie_embeddings = true;
@@ -40,8 +43,8 @@ TEST(Trainer, ShortRealRunLossFalls) {
     ASSERT_EQ(logs.size(), 40u);
     double last = 0;
     for (size_t i = 35; i < 40; ++i) last += logs[i].loss / 5.0;
-    std::printf("  tp %d: loss %.3f -> %.3f (last 5 mean), val %.3f, uniform %.3f\n", tp, logs[0].loss, last,
-                double(*logs.back().val_loss), std::log(double(c.vocab_size)));
+    std::printf("  tp %d: loss %.3f -> %.3f (last 5 mean), val %.3f, uniform %.3f\n", tp,
+                logs[0].loss, last, double(*logs.back().val_loss), std::log(double(c.vocab_size)));
     EXPECT_NEAR(logs[0].loss, std::log(double(c.vocab_size)), 0.5);  // near-uniform start
     EXPECT_LT(last, logs[0].loss - 1.5);
     ASSERT_TRUE(logs.back().val_loss.has_value());
@@ -69,7 +72,8 @@ TEST(Data, WindowsAreDeterministicAndShifted) {
       EXPECT_EQ(y[t], data[s + size_t(t) + 1]);
     }
   }
-  EXPECT_THROW(sample_windows(x1, y1, std::span<const int32_t>(data.data(), 5), 1, 9, 1, 0, 0), Error);
+  EXPECT_THROW(sample_windows(x1, y1, std::span<const int32_t>(data.data(), 5), 1, 9, 1, 0, 0),
+               Error);
 }
 
 }  // namespace
