@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -38,14 +40,34 @@ static Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-std::shared_ptr<void> aligned_alloc_shared(int64_t nbytes) {
+namespace {
+
+// Large buffers come straight from mmap: page-aligned, and zero pages that cost no memory until
+// touched, so zeros() of a weight that loading overwrites later (or a KV cache used in part)
+// never shows up in the resident set. Small ones use the heap.
+constexpr size_t kMmapThreshold = size_t(1) << 20;
+
+std::shared_ptr<void> allocate(int64_t nbytes, bool* zeroed) {
   const size_t n = size_t((nbytes + 63) / 64 * 64);
+  if (zeroed) *zeroed = false;
+  if (n >= kMmapThreshold) {
+    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    TP_CHECK(p != MAP_FAILED, "[aligned_alloc] out of memory allocating ", nbytes, " bytes");
+    if (zeroed) *zeroed = true;
+    return std::shared_ptr<void>(p, [n](void* q) { munmap(q, n); });
+  }
   void* p = n ? std::aligned_alloc(64, n) : nullptr;
   TP_CHECK(p || n == 0, "[aligned_alloc] out of memory allocating ", nbytes, " bytes");
   return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+}  // namespace
+
+std::shared_ptr<void> aligned_alloc_shared(int64_t nbytes) { return allocate(nbytes, nullptr); }
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) { return allocate_tensor(shape, dtype, nullptr); }
+
+Tensor Tensor::allocate_tensor(const Shape& shape, DType dtype, bool* zeroed) {
   Tensor t;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
@@ -56,14 +78,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
              dtype_name(dtype), " tensor of shape ", shape_str(shape),
              " needs its last dim a multiple of 32");
   }
-  t.storage_ = aligned_alloc_shared(dtype_nbytes(dtype, t.numel_));
+  t.storage_ = allocate(dtype_nbytes(dtype, t.numel_), zeroed);
   t.data_ = t.storage_.get();
   return t;
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype) {
-  Tensor t = empty(shape, dtype);
-  t.fill_zero();
+  bool zeroed = false;
+  Tensor t = allocate_tensor(shape, dtype, &zeroed);
+  if (!zeroed) t.fill_zero();
   return t;
 }
 

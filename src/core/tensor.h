@@ -97,6 +97,8 @@ class Tensor {
  private:
   void check_type(DType t) const;
   Tensor copy_to_new(DType dtype) const;
+  // empty(); *zeroed (if given) tells whether the memory is known to be zero already.
+  static Tensor allocate_tensor(const Shape& shape, DType dtype, bool* zeroed);
 
   std::shared_ptr<void> storage_;  // owns or keeps alive the memory; null for plain borrows
   void* data_ = nullptr;           // first element
@@ -107,7 +109,7 @@ class Tensor {
   Device device_ = Device::kCpu;
 };
 
-// 64-byte aligned allocation (throws on failure) and its deleter.
+// 64-byte aligned allocation (throws on failure) and its deleter; >= 1 MiB comes from mmap.
 std::shared_ptr<void> aligned_alloc_shared(int64_t nbytes);
 
 }  // namespace tensorpar
