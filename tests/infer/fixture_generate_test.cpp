@@ -13,41 +13,26 @@
 #include "io/gguf.h"
 #include "model/load_model.h"
 #include "model/weight_source.h"
+#include "model/model_test_util.h"
 #include "test_util.h"
 
 namespace tensorpar {
 namespace {
 
-std::string model_dir(const std::string& name) { return std::string(TP_FIXTURES_DIR) + "/models/" + name; }
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return {std::istream_iterator<int32_t>(f), std::istream_iterator<int32_t>()};
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
 
 // A 256-token byte vocabulary (the fixtures' vocabularies have 250-256 ids and no specials).
 Tokenizer byte_tokenizer() {
-  auto f = GgufFile::open(model_dir("llama_gqa_gguf") + "/model-f16.gguf");
+  auto f = GgufFile::open(testing::model_fixture("llama_gqa_gguf") + "/model-f16.gguf");
   return Tokenizer::from_gguf_vocab(f->metadata().get_string_array("tokenizer.ggml.tokens"), {}, {}, -1, -1, "default");
 }
 
 class FixtureGenerate : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FixtureGenerate, GreedyAndLogitsMatchTransformersAtEveryTpSize) {
-  const std::string dir = model_dir(GetParam());
-  const auto prompt = read_ids(dir + "/tokens.txt");
-  const auto greedy = read_ids(dir + "/greedy.txt");
-  const auto ref_logits = read_floats(dir + "/logits.bin");
+  const std::string dir = testing::model_fixture(GetParam());
+  const auto prompt = testing::read_numbers<int32_t>(dir + "/tokens.txt");
+  const auto greedy = testing::read_numbers<int32_t>(dir + "/greedy.txt");
+  const auto ref_logits = testing::read_f32_file(dir + "/logits.bin");
   const Tokenizer tok = byte_tokenizer();
   for (int n : {1, 2, 3}) {
     std::mutex mu;
@@ -82,9 +67,9 @@ namespace {
 // bf16 weights (f32 accumulation): logits within a stated tolerance of the f32 reference, the same
 // at every TP size to within rounding of the reduction order.
 TEST(FixtureGenerateBf16, LogitsWithinBf16Tolerance) {
-  const std::string dir = model_dir("llama_gqa");
-  const auto prompt = read_ids(dir + "/tokens.txt");
-  const auto ref = read_floats(dir + "/logits.bin");
+  const std::string dir = testing::model_fixture("llama_gqa");
+  const auto prompt = testing::read_numbers<int32_t>(dir + "/tokens.txt");
+  const auto ref = testing::read_f32_file(dir + "/logits.bin");
   double ref_scale = 0;
   for (float x : ref) ref_scale = std::max(ref_scale, double(std::fabs(x)));
   for (int n : {1, 2, 3}) {

@@ -4,7 +4,10 @@
 
 #include <cstdint>
 #include <fstream>
+#include <cmath>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -33,6 +36,14 @@ inline std::vector<std::vector<int64_t>> read_id_lines(const std::string& path) 
     if (!row.empty()) out.push_back(row);
   }
   return out;
+}
+
+// Whitespace-separated numbers of a text file (token ids).
+template <typename T>
+inline std::vector<T> read_numbers(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istream_iterator<T>(f), std::istream_iterator<T>()};
 }
 
 inline std::vector<float> read_f32_file(const std::string& path) {
@@ -75,6 +86,28 @@ inline int64_t sharded_argmax(const Tensor& local, Range vr, Communicator& tp) {
   for (int r = 0; r < tp.size(); ++r)
     if (all[size_t(2 * r)] > v) v = all[size_t(2 * r)], id = int64_t(all[size_t(2 * r + 1)]);
   return id;
+}
+
+using Gathered = std::map<std::string, std::vector<float>>;
+
+// Writes this rank's shard t of p into full[p.name] (global row-major, at most 2-D).
+inline void gather_into(Gathered& full, std::mutex& mu, const ParamShard& p, const Tensor& t) {
+  const std::vector<float> v = t.to_vector();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& dst = full[p.name];
+  if (dst.empty()) dst.assign(size_t(shape_numel(p.global_shape)), NAN);
+  if (p.shard_dim < 0) {
+    dst = v;
+    return;
+  }
+  const int64_t rows = p.global_shape[0], cols = p.global_shape.size() > 1 ? p.global_shape[1] : 1;
+  if (p.shard_dim == 0) {
+    std::copy(v.begin(), v.end(), dst.begin() + p.range.begin * cols);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < p.range.size(); ++j)
+        dst[size_t(r * cols + p.range.begin + j)] = v[size_t(r * p.range.size() + j)];
+  }
 }
 
 }  // namespace tensorpar::testing

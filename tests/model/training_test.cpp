@@ -17,28 +17,6 @@
 namespace tensorpar::testing {
 namespace {
 
-using Gathered = std::map<std::string, std::vector<float>>;
-
-// Writes this rank's shard of p (value or grad) into full[p.name] (global row-major).
-void gather_shard(Gathered& full, std::mutex& mu, const ParamShard& p, const Tensor& t) {
-  const std::vector<float> v = t.to_vector();
-  std::lock_guard<std::mutex> lock(mu);
-  auto& dst = full[p.name];
-  if (dst.empty()) dst.assign(size_t(shape_numel(p.global_shape)), NAN);
-  if (p.shard_dim < 0) {
-    dst = v;
-    return;
-  }
-  const int64_t rows = p.global_shape[0], cols = p.global_shape.size() > 1 ? p.global_shape[1] : 1;
-  if (p.shard_dim == 0) {
-    std::copy(v.begin(), v.end(), dst.begin() + p.range.begin * cols);
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < p.range.size(); ++j)
-        dst[size_t(r * cols + p.range.begin + j)] = v[size_t(r * p.range.size() + j)];
-  }
-}
-
 Tensor ids_from(const std::vector<std::vector<int64_t>>& rows) {
   const int64_t B = int64_t(rows.size()), T = int64_t(rows[0].size());
   Tensor t = Tensor::empty({B, T}, DType::kI64);
@@ -101,7 +79,7 @@ TEST_P(Gradients, MatchPyTorchAtTp1To4) {
       losses[size_t(world.rank())] = m->forward_backward(tokens, targets, 0.5f);
       for (const ParamShard& p : m->parameters()) {
         ASSERT_NE(p.grad, nullptr) << p.name;
-        gather_shard(grads, mu, p, *p.grad);
+        gather_into(grads, mu, p, *p.grad);
         std::lock_guard<std::mutex> lock(mu);
         shapes[p.name] = p.global_shape;
         if (p.shard_dim < 0) replicated[p.name].push_back(p.grad->to_vector());
@@ -140,7 +118,7 @@ TEST(InitModel, SameAtEveryTpSize) {
       auto m = init_model(c, world, 1234);
       const float l = m->forward_loss(tokens, targets);
       if (world.rank() == 0) loss = l;
-      for (const ParamShard& p : m->parameters()) gather_shard(got, mu, p, *p.value);
+      for (const ParamShard& p : m->parameters()) gather_into(got, mu, p, *p.value);
     });
     if (tp == 1) {
       ref = got;

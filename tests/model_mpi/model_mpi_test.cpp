@@ -13,29 +13,13 @@
 #include "infer/perplexity.h"
 #include "io/gguf.h"
 #include "model/load_model.h"
+#include "model/model_test_util.h"
 #include "test_util.h"
 #include "train/optimizer.h"
 
 namespace tensorpar {
 namespace {
 
-std::string model_dir(const std::string& name) { return std::string(TP_FIXTURES_DIR) + "/models/" + name; }
-
-template <typename T>
-std::vector<T> read_numbers(const std::string& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << path;
-  return {std::istream_iterator<T>(f), std::istream_iterator<T>()};
-}
-
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  EXPECT_TRUE(f.good()) << path;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
 
 // Runs fn on this process's rank of the MPI world.
 void on_mpi_world(const std::function<void(Communicator&)>& fn) {
@@ -47,10 +31,10 @@ void on_mpi_world(const std::function<void(Communicator&)>& fn) {
 class ModelMpi : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelMpi, LogitsAndGreedyMatchTransformers) {
-  const std::string dir = model_dir(GetParam());
-  const auto prompt = read_numbers<int32_t>(dir + "/tokens.txt");
-  const auto greedy = read_numbers<int32_t>(dir + "/greedy.txt");
-  const auto ref = read_floats(dir + "/logits.bin");
+  const std::string dir = testing::model_fixture(GetParam());
+  const auto prompt = testing::read_numbers<int32_t>(dir + "/tokens.txt");
+  const auto greedy = testing::read_numbers<int32_t>(dir + "/greedy.txt");
+  const auto ref = testing::read_f32_file(dir + "/logits.bin");
   on_mpi_world([&](Communicator& world) {
     ASSERT_GE(world.size(), 2);
     auto model = load_model(dir, world);
@@ -62,7 +46,7 @@ TEST_P(ModelMpi, LogitsAndGreedyMatchTransformers) {
     EXPECT_LT(testing::max_abs_diff(logits, ref), 1e-4) << "rank " << world.rank();
     std::optional<Tokenizer> tok;
     if (world.rank() == 0) {
-      auto f = GgufFile::open(model_dir("llama_gqa_gguf") + "/model-f16.gguf");
+      auto f = GgufFile::open(testing::model_fixture("llama_gqa_gguf") + "/model-f16.gguf");
       tok = Tokenizer::from_gguf_vocab(f->metadata().get_string_array("tokenizer.ggml.tokens"), {}, {}, -1, -1,
                                        "default");
     }
@@ -75,13 +59,13 @@ TEST_P(ModelMpi, LogitsAndGreedyMatchTransformers) {
 }
 
 TEST_P(ModelMpi, ThreeAdamWStepsGivePyTorchLosses) {
-  const std::string dir = model_dir(GetParam());
+  const std::string dir = testing::model_fixture(GetParam());
   std::ifstream jf(dir + "/train.json");
   if (!jf.good()) GTEST_SKIP() << "no training reference for " << GetParam();
   const auto j = nlohmann::json::parse(jf);
   const int64_t B = j["batch"], T = j["seq"];
-  const auto inputs = read_numbers<int64_t>(dir + "/train_inputs.txt");
-  const auto targets = read_numbers<int64_t>(dir + "/train_targets.txt");
+  const auto inputs = testing::read_numbers<int64_t>(dir + "/train_inputs.txt");
+  const auto targets = testing::read_numbers<int64_t>(dir + "/train_targets.txt");
   ASSERT_EQ(int64_t(inputs.size()), B * T);
   on_mpi_world([&](Communicator& world) {
     auto model = load_model(dir, world);

@@ -14,28 +14,6 @@
 
 namespace tensorpar::testing {
 
-using Gathered = std::map<std::string, std::vector<float>>;
-
-// Writes this rank's shard t of p into full[p.name] (global row-major, at most 2-D).
-inline void gather_into(Gathered& full, std::mutex& mu, const ParamShard& p, const Tensor& t) {
-  const std::vector<float> v = t.to_vector();
-  std::lock_guard<std::mutex> lock(mu);
-  auto& dst = full[p.name];
-  if (dst.empty()) dst.assign(size_t(shape_numel(p.global_shape)), NAN);
-  if (p.shard_dim < 0) {
-    dst = v;
-    return;
-  }
-  const int64_t rows = p.global_shape[0], cols = p.global_shape.size() > 1 ? p.global_shape[1] : 1;
-  if (p.shard_dim == 0) {
-    std::copy(v.begin(), v.end(), dst.begin() + p.range.begin * cols);
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < p.range.size(); ++j)
-        dst[size_t(r * cols + p.range.begin + j)] = v[size_t(r * p.range.size() + j)];
-  }
-}
-
 // The fixture tensor for our parameter `name` of global `shape`, in our layout.
 inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::string& name,
                                          const Shape& shape) {
