@@ -25,6 +25,7 @@ struct TrainCliOptions {
   double val_fraction = 0.05;
   int64_t max_data_tokens = 0;
   uint64_t init_seed = 1;
+  bool bf16 = false;
 };
 
 Tokenizer tokenizer_from(const std::string& path) {
@@ -133,6 +134,7 @@ void run_train(TrainCliOptions& o) {
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
+    o.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
     Trainer trainer(*model, corpus, o.train);
     if (!o.resume.empty()) trainer.resume(o.resume);
 
@@ -158,10 +160,12 @@ void run_train(TrainCliOptions& o) {
         mem += b;
       }
       std::fprintf(stderr,
-                   "[train] %s, %.2fM parameters, tp %d; params+grads+AdamW per rank: %s MiB; from "
-                   "step %lld\n",
+                   "[train] %s, %.2fM parameters, tp %d; params+grads+AdamW per rank: %s MiB; "
+                   "matmuls %s; recomputed layers %lld; from step %lld\n",
                    model->config().summary().c_str(), double(n_params) / 1e6, world.size(),
-                   mem.c_str(), (long long)trainer.step());
+                   mem.c_str(), o.bf16 ? "bf16" : "f32",
+                   (long long)std::min(o.train.compute.recompute_layers, model->config().n_layers),
+                   (long long)trainer.step());
     }
     trainer.run([&](const StepLog& l) {
       if (lead) print_step(l, o.common.json);
@@ -217,6 +221,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", o->train.adam.weight_decay, "AdamW decoupled weight decay");
   cmd->add_option("--clip", o->train.clip, "Max global gradient norm (0 = off)")
       ->check(CLI::Range(0.0, 1e9));
+  cmd->add_flag("--bf16", o->bf16,
+               "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, "
+               "AdamW state, norms, attention and the loss in f32");
+  cmd->add_option("--recompute-layers", o->train.compute.recompute_layers,
+                  "Activation recomputation: the first N layers save only their input and rerun "
+                  "their forward in backward (>= --layers: every layer)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->train.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");
   cmd->add_option("--eval-every", o->train.eval_every,

@@ -40,6 +40,18 @@ struct ParamShard {
   int copies = 1;
 };
 
+// How training steps (forward_backward, forward_loss) compute; inference ignores it.
+struct TrainCompute {
+  // kBF16: every matmul (projections, MLP, LM head, forward and backward) rounds its operands to
+  // bf16 and accumulates in f32; master weights, gradients, optimizer state, norms, attention
+  // scores and the loss stay f32 (no loss scaling needed: bf16 has f32's exponent range).
+  DType matmul_dtype = DType::kF32;
+  // Activation recomputation, per layer: the first N layers (every layer when N >= layers) keep
+  // only their input in forward and run their forward again just before their backward (its
+  // all-reduces too). Gradients are identical; saved activations drop to one (N, C) per layer.
+  int64_t recompute_layers = 0;
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -61,6 +73,7 @@ class CausalLM {
   virtual float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) = 0;
   // Mean loss without gradients (evaluation).
   virtual float forward_loss(const Tensor& tokens, const Tensor& targets) = 0;
+  virtual void set_train_compute(const TrainCompute& compute) = 0;
   virtual std::vector<ParamShard> parameters() = 0;
   virtual void zero_grad() = 0;
   // Bytes of weights held on this rank.

@@ -23,6 +23,8 @@ struct Param {
   Tensor value, grad;
 };
 
+struct TrainLayerActs;
+
 struct TransformerLayer {
   Param norm1_w, norm1_b, norm2_w, norm2_b;  // biases: LayerNorm (GPT-2) only
   std::unique_ptr<ParallelAttention> attn;
@@ -51,6 +53,7 @@ class Transformer final : public CausalLM {
   void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache, bool last_only) override;
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
+  void set_train_compute(const TrainCompute& compute) override;
   std::vector<ParamShard> parameters() override;
   void zero_grad() override;
   int64_t weight_bytes() const override;
@@ -73,6 +76,9 @@ class Transformer final : public CausalLM {
                     int64_t N) const;
   void norm_backward(float* d_in, float* d_out, const float* in, Param& w, Param& b, const float* mean,
                      const float* rstd, int64_t N);
+  // One block's training forward: fills acts (x_in set by the caller) and writes out (N, C).
+  void layer_forward_train(TransformerLayer& L, TrainLayerActs& A, Tensor& out, int64_t B, int64_t T,
+                           const int64_t* positions);
   // Mean loss of tokens/targets (B, T); with_grad runs backward too.
   float train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad);
   void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
@@ -92,6 +98,7 @@ class Transformer final : public CausalLM {
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<TrainState> train_;
+  TrainCompute compute_;
 };
 
 // The KV cache of a Transformer: per layer k and v (capacity, NKV_local, HS) f32.

@@ -29,6 +29,8 @@ struct Transformer::Workspace {
   }
 };
 
+// What one block saves for its backward; a recomputed block keeps only x_in between its
+// forward and backward (the rest is rebuilt in TrainState::recomputed).
 struct TrainLayerActs {
   Tensor x_in, h1, mean1, rstd1, x_mid, h2, mean2, rstd2;  // (N, C) and (N)
   AttentionActs attn;
@@ -37,9 +39,13 @@ struct TrainLayerActs {
 
 struct Transformer::TrainState {
   std::vector<TrainLayerActs> layers;
+  TrainLayerActs recomputed;  // the activations of the recomputed block being run backward
   Tensor x_out, hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N, V_local), (N)
   std::vector<int64_t> positions;
-  void invalidate() { layers.clear(); }
+  void invalidate() {
+    layers.clear();
+    recomputed = TrainLayerActs{};
+  }
 };
 
 }  // namespace tensorpar

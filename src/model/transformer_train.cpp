@@ -18,8 +18,13 @@ namespace tensorpar {
 
 namespace {
 
-Tensor f32(const Shape& s) { return Tensor::empty(s, DType::kF32); }
+// A training buffer reused across steps: reallocated only when its shape changes.
+void reuse_f32(Tensor& t, const Shape& shape) {
+  if (t.shape() != shape || t.dtype() != DType::kF32 || (t.numel() > 0 && !t.raw()))
+    t = Tensor::empty(shape, DType::kF32);
+}
 
+// out = a + b elementwise (out may alias either).
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
@@ -42,6 +47,33 @@ void Transformer::norm_backward(float* d_in, float* d_out, const float* in, Para
   }
 }
 
+void Transformer::layer_forward_train(TransformerLayer& L, TrainLayerActs& A, Tensor& out, int64_t B, int64_t T,
+                                      const int64_t* positions) {
+  const int64_t N = B * T, C = config_.hidden;
+  const bool ln = config_.family == ArchFamily::kGpt2;
+  reuse_f32(A.h1, {N, C}), reuse_f32(A.rstd1, {N}), reuse_f32(A.mean1, {N});
+  norm_forward(A.h1.data<float>(), ln ? A.mean1.data<float>() : nullptr, A.rstd1.data<float>(),
+               A.x_in.data<float>(), L.norm1_w, L.norm1_b, N);
+  L.attn->forward_train(eng_, out, A.h1, B, T, positions, A.attn, tp_);  // out = attn(norm1(x))
+  reuse_f32(A.x_mid, {N, C});
+  add(A.x_mid, A.x_in, out);
+  reuse_f32(A.h2, {N, C}), reuse_f32(A.rstd2, {N}), reuse_f32(A.mean2, {N});
+  norm_forward(A.h2.data<float>(), ln ? A.mean2.data<float>() : nullptr, A.rstd2.data<float>(),
+               A.x_mid.data<float>(), L.norm2_w, L.norm2_b, N);
+  L.mlp->forward(eng_, out, A.h2, A.mlp, tp_);
+  add(out, A.x_mid, out);
+}
+
+void Transformer::set_train_compute(const TrainCompute& compute) {
+  TP_CHECK(compute.recompute_layers >= 0, "[Transformer::set_train_compute] recompute_layers: got ",
+           compute.recompute_layers, ", expected >= 0");
+  TP_CHECK(compute.matmul_dtype == DType::kF32 || compute.matmul_dtype == DType::kBF16,
+           "[Transformer::set_train_compute] matmul dtype: got ", dtype_name(compute.matmul_dtype),
+           ", expected f32 or bf16");
+  compute_ = compute;
+  train_->invalidate();
+}
+
 float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad) {
   TP_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI64 && targets.shape() == tokens.shape() &&
                targets.dtype() == DType::kI64 && tokens.is_contiguous() && targets.is_contiguous(),
@@ -57,37 +89,40 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
   const int64_t* ids = tokens.data<int64_t>();
   const int64_t* pos = s.positions.data();
   const bool ln = config_.family == ArchFamily::kGpt2;
+  // bf16 compute applies to this step's matmuls only (inference keeps the engine's f32).
+  struct ComputeScope {
+    MatmulEngine& eng;
+    ~ComputeScope() { eng.set_compute_dtype(DType::kF32); }
+  } scope{eng_};
+  eng_.set_compute_dtype(compute_.matmul_dtype);
 
+  // Layer l's output is layer l+1's saved input (the last one's is x_out). A recomputed layer
+  // (and every layer without backward) runs with the shared `recomputed` activations and keeps
+  // only x_in.
+  const int64_t n_layers = int64_t(layers_.size());
+  auto recomputes = [&](int64_t l) { return !with_grad || l < compute_.recompute_layers; };
   s.layers.resize(layers_.size());
-  Tensor x = f32({N, C});
-  embed(x, ids, pos, N);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    TransformerLayer& L = layers_[l];
-    TrainLayerActs& A = s.layers[l];
-    A.x_in = x;
-    A.h1 = f32({N, C}), A.rstd1 = f32({N}), A.mean1 = f32({N});
-    norm_forward(A.h1.data<float>(), ln ? A.mean1.data<float>() : nullptr, A.rstd1.data<float>(), x.data<float>(),
-                 L.norm1_w, L.norm1_b, N);
-    Tensor a = f32({N, C});
-    L.attn->forward_train(eng_, a, A.h1, B, T, pos, A.attn, tp_);
-    A.x_mid = f32({N, C});
-    add(A.x_mid, A.x_in, a);
-    A.h2 = f32({N, C}), A.rstd2 = f32({N}), A.mean2 = f32({N});
-    norm_forward(A.h2.data<float>(), ln ? A.mean2.data<float>() : nullptr, A.rstd2.data<float>(),
-                 A.x_mid.data<float>(), L.norm2_w, L.norm2_b, N);
-    A.mlp = MlpActs{};
-    L.mlp->forward(eng_, a, A.h2, A.mlp, tp_);
-    x = f32({N, C});
-    add(x, A.x_mid, a);
+  Tensor& x0 = n_layers > 0 ? s.layers[0].x_in : s.x_out;
+  reuse_f32(x0, {N, C});
+  embed(x0, ids, pos, N);
+  for (int64_t l = 0; l < n_layers; ++l) {
+    TrainLayerActs& saved = s.layers[size_t(l)];
+    Tensor& out = l + 1 < n_layers ? s.layers[size_t(l) + 1].x_in : s.x_out;
+    reuse_f32(out, {N, C});
+    if (recomputes(l)) {
+      s.recomputed.x_in = saved.x_in;
+      saved = TrainLayerActs{};  // drops what an earlier step saved here
+      saved.x_in = s.recomputed.x_in;
+    }
+    layer_forward_train(layers_[size_t(l)], recomputes(l) ? s.recomputed : saved, out, B, T, pos);
   }
-  s.x_out = x;
-  s.hf = f32({N, C}), s.rstdf = f32({N}), s.meanf = f32({N});
-  norm_forward(s.hf.data<float>(), ln ? s.meanf.data<float>() : nullptr, s.rstdf.data<float>(), x.data<float>(),
-               norm_w_, norm_b_, N);
+  reuse_f32(s.hf, {N, C}), reuse_f32(s.rstdf, {N}), reuse_f32(s.meanf, {N});
+  norm_forward(s.hf.data<float>(), ln ? s.meanf.data<float>() : nullptr, s.rstdf.data<float>(),
+               s.x_out.data<float>(), norm_w_, norm_b_, N);
   Param& head = config_.tie_embeddings ? embed_ : lm_head_;
-  s.logits = f32({N, vocab_range_.size()});
+  reuse_f32(s.logits, {N, vocab_range_.size()});
   if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, s.hf, head.value, nullptr);
-  s.lse = f32({N});
+  reuse_f32(s.lse, {N});
   Tensor tg = targets.reshape({N});
   const float loss = vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, tg, vocab_range_,
                                                           config_.vocab_size, tp_);
@@ -105,7 +140,11 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
                 s.rstdf.data<float>(), N);
   for (size_t li = layers_.size(); li-- > 0;) {
     TransformerLayer& L = layers_[li];
-    TrainLayerActs& A = s.layers[li];
+    TrainLayerActs& A = recomputes(int64_t(li)) ? s.recomputed : s.layers[li];
+    if (recomputes(int64_t(li))) {
+      A.x_in = s.layers[li].x_in;
+      layer_forward_train(L, A, d_h, B, T, pos);  // d_h is free here: its value is not needed
+    }
     // x_out = x_mid + mlp(norm2(x_mid)): d_x flows to x_mid directly and through the MLP.
     L.mlp->backward(eng_, d_h, d_x, A.h2, A.mlp, tp_);
     norm_backward(d_x.data<float>(), d_h.data<float>(), A.x_mid.data<float>(), L.norm2_w, L.norm2_b,

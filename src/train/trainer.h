@@ -32,6 +32,7 @@ struct TrainOptions {
   int64_t save_every = 0;      // steps between checkpoints (0: only at the end when out_dir set)
   std::string out_dir;         // checkpoint root ("" = no checkpoints)
   nlohmann::json extra_state;  // stored in every checkpoint's state (e.g. the tokenizer path)
+  TrainCompute compute;        // bf16 matmuls, activation recomputation (see causal_lm.h)
 };
 
 struct StepLog {

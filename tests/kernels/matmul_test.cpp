@@ -214,6 +214,39 @@ TEST(Matmul, BackwardBf16MatchesNaive) {
   EXPECT_LE(scaled_err(dx2, ex, f32_tol(N)), 1.0);
 }
 
+// bf16 compute on f32 tensors: forward and every gradient equal the naive reference on the
+// operands rounded to bf16 (f32 accumulation, f32 outputs); d_bias sums the f32 d_out. It must
+// differ from f32 compute (the rounding really happens), and the mode is per engine.
+TEST(Matmul, Bf16ComputeRoundsOperandsOfF32Tensors) {
+  TP_SEED_TRACE();
+  Rng rng(8);
+  MatmulEngine eng, eng32;
+  eng.set_compute_dtype(DType::kBF16);
+  EXPECT_THROW(eng32.set_compute_dtype(DType::kF16), Error);
+  const int64_t M = 33, N = 7, K = 577;
+  const Tensor x = rng.uniform_tensor({M, K}), w = rng.uniform_tensor({N, K}), b = rng.uniform_tensor({N});
+  const Tensor g = rng.uniform_tensor({M, N});
+  const Tensor xb = x.to(DType::kBF16), wb = w.to(DType::kBF16), gb = g.to(DType::kBF16);
+  Tensor out = nan_tensor({M, N}), want = nan_tensor({M, N}), out32 = nan_tensor({M, N});
+  matmul_forward(eng, out, x, w, &b);
+  matmul_forward_naive(want, xb, wb, &b);
+  EXPECT_LE(scaled_err(out, want, f32_tol(K)), 1.0);
+  matmul_forward(eng32, out32, x, w, &b);
+  EXPECT_GT(testing::max_abs_diff(out32.to_vector(), out.to_vector()), 1e-4);
+
+  const Tensor dx0 = rng.uniform_tensor({M, K}), dw0 = rng.uniform_tensor({N, K}), db0 = rng.uniform_tensor({N});
+  Tensor dx = dx0.clone(), dw = dw0.clone(), db = db0.clone();
+  Tensor ex = dx0.clone(), ew = dw0.clone(), eb = db0.clone();
+  matmul_backward(eng, &dx, &dw, &db, g, x, w);
+  matmul_backward_naive(&ex, &ew, nullptr, gb, xb, wb);
+  matmul_backward_naive(nullptr, nullptr, &eb, g, x, w);
+  EXPECT_LE(scaled_err(dx, ex, f32_tol(N)), 1.0);
+  EXPECT_LE(scaled_err(dw, ew, f32_tol(M)), 1.0);
+  EXPECT_LE(scaled_err(db, eb, f32_tol(M)), 1.0);
+  EXPECT_EQ(dx.dtype(), DType::kF32);
+  EXPECT_EQ(dw.dtype(), DType::kF32);
+}
+
 TEST(Matmul, RepeatedShapesReuseCachedPrimitives) {
   TP_SEED_TRACE();
   Rng rng(7);

@@ -64,6 +64,11 @@ MatmulEngine::MatmulEngine() : impl_(std::make_unique<Impl>()) {}
 MatmulEngine::~MatmulEngine() = default;
 int64_t MatmulEngine::cached_primitives() const { return int64_t(impl_->cache.size()); }
 void MatmulEngine::clear_cache() { impl_->cache.clear(); }
+void MatmulEngine::set_compute_dtype(DType dtype) {
+  TP_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "[MatmulEngine] compute dtype: got ",
+           dtype_name(dtype), ", expected f32 or bf16");
+  compute_ = dtype;
+}
 void* MatmulEngine::scratch(int slot, int64_t nbytes) {
   TP_ASSERT(slot >= 0 && slot < kScratchSlots);
   return impl_->slots[slot].get(nbytes);
@@ -249,6 +254,13 @@ Tensor converted(MatmulEngine& eng, const Tensor& t, DType dtype, int slot) {
   return out;
 }
 
+// The weight as multiplied: an f32 weight rounded to bf16 (scratch `slot`) in bf16 compute.
+Tensor compute_weight(MatmulEngine& eng, const Tensor& weight, int slot) {
+  if (weight.dtype() == DType::kF32 && eng.compute_dtype() == DType::kBF16)
+    return converted(eng, weight, DType::kBF16, slot);
+  return weight;
+}
+
 void check_weight(const Tensor& weight, int64_t K, const char* where) {
   TP_CHECK(weight.ndim() == 2 && weight.dim(1) == K, "[", where, "] weight: got ",
            weight.describe(), ", expected (N,", K, ") in the [out,in] layout");
@@ -268,8 +280,9 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
     quant_matmul_forward(eng, out2, in2, weight, bias);
     return;
   }
-  const Tensor a = converted(eng, in2, weight.dtype(), 0);
-  matmul(eng, out2, a, weight.transpose(0, 1), bias);
+  const Tensor w = compute_weight(eng, weight, 1);
+  const Tensor a = converted(eng, in2, w.dtype(), 0);
+  matmul(eng, out2, a, w.transpose(0, 1), bias);
 }
 
 void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* d_bias,
@@ -290,17 +303,20 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
     if (quantized) {
       quant_matmul_backward_input(eng, dx, dy, weight);
     } else {
-      const Tensor g = converted(eng, dy, weight.dtype(), 0);
-      matmul(eng, dx, g, weight, nullptr, 1.0f, 1.0f);
+      const Tensor w = compute_weight(eng, weight, 1);
+      const Tensor g = converted(eng, dy, w.dtype(), 0);
+      matmul(eng, dx, g, w, nullptr, 1.0f, 1.0f);
     }
   }
   if (d_weight) {
     TP_CHECK(d_weight->ndim() == 2 && d_weight->shape() == weight.shape(),
              "[matmul_backward] d_weight: got ", d_weight->describe(), ", expected the shape of ",
              weight.describe());
-    // Both operands in the activations' dtype; d_out follows in.
-    const Tensor g = converted(eng, dy, x.dtype(), 0);
-    matmul(eng, *d_weight, g.transpose(0, 1), x, nullptr, 1.0f, 1.0f);
+    // Both operands in the activations' dtype (bf16 in bf16 compute); d_out follows in.
+    const DType t = eng.compute_dtype() == DType::kBF16 ? DType::kBF16 : x.dtype();
+    const Tensor g = converted(eng, dy, t, 0);
+    const Tensor xc = converted(eng, x, t, 2);
+    matmul(eng, *d_weight, g.transpose(0, 1), xc, nullptr, 1.0f, 1.0f);
   }
   if (d_bias) {
     const int64_t M = dy.dim(0), N = dy.dim(1);

@@ -24,13 +24,21 @@ class MatmulEngine {
   // A scratch buffer of at least nbytes, 64-byte aligned, owned by the engine; `slot` picks one
   // of a few independent buffers (contents are kept until the slot is asked for more bytes).
   void* scratch(int slot, int64_t nbytes);
-  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul, 5: matmul
+  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul; 0-2 and 5: matmul
+
+  // The dtype matmul_forward/matmul_backward multiply f32 weights and activations in: kF32
+  // (default) or kBF16 (both operands rounded to bf16, f32 accumulation, outputs and gradients
+  // still f32: mixed precision with f32 master weights). Weights already bf16 or quantized are
+  // unaffected; matmul() itself always takes its operands as given.
+  void set_compute_dtype(DType dtype);
+  DType compute_dtype() const { return compute_; }
 
   struct Impl;
   Impl& impl() { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;
+  DType compute_ = DType::kF32;
 };
 
 // c (...,M,N) = alpha * a (...,M,K) x b (...,K,N) [+ bias (N)] + beta * c.
