@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Training throughput of issue 5: one Llama-style model (~10M parameters by default) trained by
-tensorpar at tp 1 (2 threads) and tp 2 (1 thread per rank), side by side with PyTorch (CPU,
-transformers' LlamaForCausalLM, same config, batch, sequence length, AdamW, 2 threads) doing the
-same number of steps. Reports median tokens/s over the steps after warm-up, the ratios, and
-tensorpar's params+grads+AdamW memory per rank. Rounds alternate engines (the machine is shared
-and noisy: compare ratios within a round).
+tensorpar at tp 1 (2 threads) and tp 2 (1 thread per rank), in f32 and with --bf16 (bf16 matmuls,
+f32 master weights), side by side with PyTorch (CPU, transformers' LlamaForCausalLM, same config,
+batch, sequence length, AdamW, 2 threads) in f32 and under torch.autocast(cpu, bfloat16), doing
+the same number of steps. Then activation recomputation: tp 2 without and with
+--recompute-layers (every layer), tokens/s and the process's peak RSS. Reports median tokens/s
+over the steps after warm-up, the ratios, and tensorpar's params+grads+AdamW memory per rank.
+Rounds alternate engines (the machine is shared and noisy: compare ratios within a round).
 
 Usage: PY=$(tools/venv.sh) && "$PY" bench/train_bench.py [--bin build/bin/tensorpar] [--rounds 2]
          [--steps 12] [--warmup-steps 2] [--out results.json]
@@ -16,30 +18,41 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def tensorpar_run(a, tp, threads):
+def run_with_rss(cmd):
+    """(returncode, stdout, stderr, peak RSS of the child in MiB)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        _, status, ru = os.wait4(p.pid, 0)
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read(), err.read(), ru.ru_maxrss / 1024
+
+
+def tensorpar_run(a, tp, threads, extra=()):
     cmd = [a.bin, "train", "--arch", "llama", "--layers", str(a.layers), "--hidden", str(a.hidden),
            "--heads", str(a.heads), "--kv-heads", str(a.kv_heads), "--ffn", str(a.ffn), "--seq", str(a.seq),
            "--vocab-from", a.tokenizer, "--data", a.data, "--batch", str(a.batch), "--steps", str(a.steps),
-           "--lr", "1e-3", "--tp", str(tp), "--threads-per-rank", str(threads), "--json"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode != 0:
-        sys.exit(f"train_bench: {' '.join(cmd)} failed:\n{p.stderr}")
-    rows = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+           "--lr", "1e-3", "--tp", str(tp), "--threads-per-rank", str(threads), "--json", *extra]
+    rc, out, err, rss = run_with_rss(cmd)
+    if rc != 0:
+        sys.exit(f"train_bench: {' '.join(cmd)} failed:\n{err}")
+    rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     tps = [r["tokens_per_s"] for r in rows[a.warmup_steps:]]
-    m = re.search(r"([0-9.]+)M parameters.*per rank: ([0-9. /]+) MiB", p.stderr)
+    m = re.search(r"([0-9.]+)M parameters.*per rank: ([0-9. /]+) MiB", err)
     mem = [float(x) for x in m.group(2).split("/")] if m else []
-    vocab = re.search(r" V=(\d+)", p.stderr)
+    vocab = re.search(r" V=(\d+)", err)
     return {"tokens_per_s": statistics.median(tps), "params_m": float(m.group(1)) if m else None,
             "mem_mib_per_rank": mem, "vocab": int(vocab.group(1)) if vocab else None,
-            "losses": [r["loss"] for r in rows]}
+            "losses": [r["loss"] for r in rows], "peak_rss_mib": rss}
 
 
-def torch_run(a, vocab, threads):
+def torch_run(a, vocab, threads, bf16=False):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.set_num_threads(threads)
@@ -55,8 +68,9 @@ def torch_run(a, vocab, threads):
         x = torch.randint(0, vocab, (a.batch, a.seq + 1), generator=g)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=False)
-        logits = model(input_ids=x[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=x[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(logits.float().reshape(-1, vocab), x[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -89,18 +103,34 @@ def main():
     for r in range(a.rounds):
         tp1 = tensorpar_run(a, 1, 2)
         tp2 = tensorpar_run(a, 2, 1)
+        tp1b = tensorpar_run(a, 1, 2, ["--bf16"])
+        tp2b = tensorpar_run(a, 2, 1, ["--bf16"])
         pt = torch_run(a, tp1["vocab"], 2)
-        row = {"round": r, "tp1": tp1, "tp2": tp2, "torch": pt,
+        ptb = torch_run(a, tp1["vocab"], 2, bf16=True)
+        row = {"round": r, "tp1": tp1, "tp2": tp2, "tp1_bf16": tp1b, "tp2_bf16": tp2b, "torch": pt, "torch_bf16": ptb,
                "tp1_vs_torch": tp1["tokens_per_s"] / pt["tokens_per_s"],
-               "tp2_vs_tp1": tp2["tokens_per_s"] / tp1["tokens_per_s"]}
+               "tp2_vs_tp1": tp2["tokens_per_s"] / tp1["tokens_per_s"],
+               "tp1_bf16_vs_torch_bf16": tp1b["tokens_per_s"] / ptb["tokens_per_s"],
+               "tp2_bf16_vs_tp1_bf16": tp2b["tokens_per_s"] / tp1b["tokens_per_s"]}
         results.append(row)
-        print(f"round {r}: tensorpar tp1x2 {tp1['tokens_per_s']:.0f} tok/s | tp2x1 {tp2['tokens_per_s']:.0f} tok/s | "
-              f"PyTorch 2 threads {pt['tokens_per_s']:.0f} tok/s | tp1/torch {row['tp1_vs_torch']:.2f}x | "
-              f"tp2/tp1 {row['tp2_vs_tp1']:.2f}x | params {tp1['params_m']:.2f}M (torch {pt['params_m']:.2f}M) | "
-              f"MiB/rank tp1 {tp1['mem_mib_per_rank']} tp2 {tp2['mem_mib_per_rank']}", flush=True)
+        print(f"round {r}: f32: tensorpar tp1x2 {tp1['tokens_per_s']:.0f} tok/s | tp2x1 {tp2['tokens_per_s']:.0f} | "
+              f"PyTorch {pt['tokens_per_s']:.0f} | tp1/torch {row['tp1_vs_torch']:.2f}x | tp2/tp1 {row['tp2_vs_tp1']:.2f}x"
+              f" || bf16: tp1x2 {tp1b['tokens_per_s']:.0f} | tp2x1 {tp2b['tokens_per_s']:.0f} | PyTorch autocast "
+              f"{ptb['tokens_per_s']:.0f} | tp1/torch {row['tp1_bf16_vs_torch_bf16']:.2f}x | "
+              f"tp2/tp1 {row['tp2_bf16_vs_tp1_bf16']:.2f}x || params {tp1['params_m']:.2f}M (torch {pt['params_m']:.2f}M) "
+              f"| MiB/rank tp1 {tp1['mem_mib_per_rank']} tp2 {tp2['mem_mib_per_rank']}", flush=True)
+    recompute = []
+    for r in range(a.rounds):
+        plain = tensorpar_run(a, 2, 1)
+        re_all = tensorpar_run(a, 2, 1, ["--recompute-layers", str(a.layers)])
+        recompute.append({"plain": plain, "recompute_all": re_all})
+        print(f"recompute round {r}: tp2x1 f32 {plain['tokens_per_s']:.0f} tok/s, peak RSS {plain['peak_rss_mib']:.0f} MiB"
+              f" | --recompute-layers {a.layers}: {re_all['tokens_per_s']:.0f} tok/s "
+              f"({re_all['tokens_per_s'] / plain['tokens_per_s']:.2f}x), peak RSS {re_all['peak_rss_mib']:.0f} MiB | "
+              f"same losses: {plain['losses'] == re_all['losses']}", flush=True)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"config": vars(a), "rounds": results}, f, indent=1)
+            json.dump({"config": vars(a), "rounds": results, "recompute": recompute}, f, indent=1)
 
 
 if __name__ == "__main__":
