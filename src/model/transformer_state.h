@@ -41,6 +41,7 @@ struct Transformer::TrainState {
   std::vector<TrainLayerActs> layers;
   TrainLayerActs recomputed;  // the activations of the recomputed block being run backward
   Tensor x_out, hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N, V_local), (N)
+  Tensor d_logits, d_h, d_x;                    // backward scratch: (N, V_local), (N, C), (N, C)
   std::vector<int64_t> positions;
   void invalidate() {
     layers.clear();

@@ -129,13 +129,19 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
   if (!with_grad) return loss;
 
   // ---- backward ----
-  Tensor d_logits = Tensor::zeros(s.logits.shape(), DType::kF32);
+  Tensor& d_logits = s.d_logits;
+  reuse_f32(d_logits, s.logits.shape());
+  d_logits.fill_zero();
   vocab_parallel_cross_entropy_backward(d_logits, loss_scale, s.logits, s.lse, tg, vocab_range_, config_.vocab_size);
   ensure_grad(head.grad, head.value.shape());
-  Tensor d_h = Tensor::zeros({N, C}, DType::kF32);
+  Tensor& d_h = s.d_h;
+  reuse_f32(d_h, {N, C});
+  d_h.fill_zero();
   if (d_logits.numel() > 0) matmul_backward(eng_, &d_h, &head.grad, nullptr, d_logits, s.hf, head.value);
   copy_to_tp_region_backward(d_h, tp_);  // the LM head's input gradient is Partial over the vocab
-  Tensor d_x = Tensor::zeros({N, C}, DType::kF32);
+  Tensor& d_x = s.d_x;
+  reuse_f32(d_x, {N, C});
+  d_x.fill_zero();
   norm_backward(d_x.data<float>(), d_h.data<float>(), s.x_out.data<float>(), norm_w_, norm_b_, s.meanf.data<float>(),
                 s.rstdf.data<float>(), N);
   for (size_t li = layers_.size(); li-- > 0;) {
