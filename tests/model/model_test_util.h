@@ -1,5 +1,6 @@
-// Helpers for the model tests: fixture readers (token files, raw f32 logits) and running a
-// model on n thread ranks while the main thread assembles the vocab-sharded logits.
+// Helpers for the model tests: fixture readers (token files, raw f32 logits, the HF tensors of
+// grads/params safetensors in our layout), running a model on n thread ranks, assembling
+// rank shards into full tensors, per-tensor error norms.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -15,6 +17,7 @@
 
 #include "comm/launch.h"
 #include "core/tensor.h"
+#include "io/safetensors.h"
 #include "model/causal_lm.h"
 #include "model/load_model.h"
 #include "test_util.h"
@@ -108,6 +111,75 @@ inline void gather_into(Gathered& full, std::mutex& mu, const ParamShard& p, con
       for (int64_t j = 0; j < p.range.size(); ++j)
         dst[size_t(r * cols + p.range.begin + j)] = v[size_t(r * p.range.size() + j)];
   }
+}
+
+// Token rows (read_id_lines) as a (B,T) i64 tensor.
+inline Tensor ids_tensor(const std::vector<std::vector<int64_t>>& rows) {
+  const int64_t B = int64_t(rows.size()), T = int64_t(rows[0].size());
+  Tensor t = Tensor::empty({B, T}, DType::kI64);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < T; ++i) t.data<int64_t>()[b * T + i] = rows[size_t(b)][size_t(i)];
+  return t;
+}
+
+// The fixture (HF) tensor that holds our parameter `name`: GPT-2's c_attn.{q,k,v}.{weight,bias}
+// are parts of c_attn.{weight,bias}; every other name is the same.
+inline std::string fixture_name(const std::string& name) {
+  const auto part = name.find(".c_attn.");
+  if (part == std::string::npos) return name;
+  return name.substr(0, part) + ".c_attn." + name.substr(part + 10);
+}
+
+// The fixture tensor for our parameter `name` of global `shape`, in our layout (GPT-2 Conv1D
+// [in, out] transposed to [out, in], c_attn split q/k/v).
+inline std::vector<float> fixture_tensor(const SafetensorsFile& ref, const std::string& name,
+                                         const Shape& shape) {
+  auto transposed = [](const std::vector<float>& m, int64_t rows, int64_t cols, int64_t col0,
+                       int64_t ncols) {
+    std::vector<float> out(size_t(ncols * rows));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < ncols; ++c)
+        out[size_t(c * rows + r)] = m[size_t(r * cols + col0 + c)];
+    return out;
+  };
+  const auto part = name.find(".c_attn.");
+  if (part != std::string::npos) {
+    const int64_t which = int64_t(std::string("qkv").find(name[part + 8]));
+    const auto m = ref.read(fixture_name(name)).to_vector();
+    const int64_t C = shape[0];
+    if (shape.size() == 1)
+      return std::vector<float>(m.begin() + which * C, m.begin() + (which + 1) * C);
+    return transposed(m, C, 3 * C, which * C, C);
+  }
+  const auto m = ref.read(name).to_vector();
+  const bool conv1d = name.find("transformer.h.") == 0 && shape.size() == 2;
+  if (!conv1d) return m;
+  return transposed(m, shape[1], shape[0], 0, shape[0]);
+}
+
+// Fails unless our parameters (name -> global shape) cover every tensor of the fixture `ref`
+// exactly: each fixture tensor has as many elements as the parameters read from it together,
+// and no parameter reads a tensor the fixture lacks. `what` names the comparison in messages.
+inline void expect_covers_fixture(const SafetensorsFile& ref,
+                                  const std::map<std::string, Shape>& shapes,
+                                  const std::string& what) {
+  std::map<std::string, int64_t> covered;
+  for (const auto& [name, shape] : shapes) covered[fixture_name(name)] += shape_numel(shape);
+  for (const TensorInfo& t : ref.tensors()) {
+    EXPECT_EQ(covered[t.name], shape_numel(t.shape))
+        << what << ": " << ref.path() << " tensor " << t.name << " not (fully) compared";
+    covered.erase(t.name);
+  }
+  for (const auto& [name, n] : covered)
+    ADD_FAILURE() << what << ": " << name << " missing from " << ref.path();
+}
+
+// Per-tensor ||a - b|| / ||b|| (||a - b|| when b is all zeros).
+inline double norm_ratio(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
+  return n == 0 ? std::sqrt(d) : std::sqrt(d / n);
 }
 
 }  // namespace tensorpar::testing

@@ -17,49 +17,12 @@
 namespace tensorpar::testing {
 namespace {
 
-Tensor ids_from(const std::vector<std::vector<int64_t>>& rows) {
-  const int64_t B = int64_t(rows.size()), T = int64_t(rows[0].size());
-  Tensor t = Tensor::empty({B, T}, DType::kI64);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < T; ++i) t.data<int64_t>()[b * T + i] = rows[size_t(b)][size_t(i)];
-  return t;
-}
-
-// The reference gradient in our layout: GPT-2 Conv1D weights transposed, c_attn split q/k/v.
-std::vector<float> reference_grad(const SafetensorsFile& ref, const std::string& name, const Shape& shape) {
-  auto transposed = [](const std::vector<float>& m, int64_t rows, int64_t cols, int64_t col0, int64_t ncols) {
-    std::vector<float> out(size_t(ncols * rows));  // (ncols, rows)
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < ncols; ++c) out[size_t(c * rows + r)] = m[size_t(r * cols + col0 + c)];
-    return out;
-  };
-  const auto part = name.find(".c_attn.");
-  if (part != std::string::npos) {
-    const int64_t which = std::string("qkv").find(name[part + 8]);
-    const std::string base = name.substr(0, part) + ".c_attn." + name.substr(part + 10);
-    const auto m = ref.read(base).to_vector();
-    const int64_t C = shape[0];
-    if (shape.size() == 1) return std::vector<float>(m.begin() + which * C, m.begin() + (which + 1) * C);
-    return transposed(m, C, 3 * C, which * C, C);
-  }
-  const auto m = ref.read(name).to_vector();
-  const bool conv1d = name.find("transformer.h.") == 0 && shape.size() == 2;
-  if (!conv1d) return m;
-  return transposed(m, shape[1], shape[0], 0, shape[0]);  // stored [in, out] -> [out, in]
-}
-
-double norm_ratio(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, n = 0;
-  for (size_t i = 0; i < a.size(); ++i) d += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), n += double(b[i]) * b[i];
-  return n == 0 ? std::sqrt(d) : std::sqrt(d / n);
-}
-
 class Gradients : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Gradients, MatchPyTorchAtTp1To4) {
   const std::string dir = model_fixture(GetParam());
-  const Tensor tokens = ids_from(read_id_lines(dir + "/train_inputs.txt"));
-  const Tensor targets = ids_from(read_id_lines(dir + "/train_targets.txt"));
+  const Tensor tokens = ids_tensor(read_id_lines(dir + "/train_inputs.txt"));
+  const Tensor targets = ids_tensor(read_id_lines(dir + "/train_targets.txt"));
   std::ifstream jf(dir + "/train.json");
   const auto meta = nlohmann::json::parse(jf);
   const double ref_loss = meta["losses"][0].get<double>();
@@ -88,12 +51,13 @@ TEST_P(Gradients, MatchPyTorchAtTp1To4) {
     for (float l : losses) EXPECT_NEAR(l, ref_loss, 1e-4 * std::fabs(ref_loss));
     double worst = 0;
     for (const auto& [name, g] : grads) {
-      const auto want = reference_grad(*ref, name, shapes[name]);
+      const auto want = fixture_tensor(*ref, name, shapes[name]);
       ASSERT_EQ(g.size(), want.size()) << name;
       const double r = norm_ratio(g, want);
       worst = std::max(worst, r);
       EXPECT_LE(r, name.find("c_attn.k.bias") != std::string::npos ? 1e-6 : 1e-4) << name;
     }
+    expect_covers_fixture(*ref, shapes, "gradients at tp " + std::to_string(tp));
     for (const auto& [name, copies] : replicated)
       for (const auto& c : copies) EXPECT_EQ(c, copies[0]) << name << " differs across ranks";
     std::printf("  %s tp %d: loss %.6f (ref %.6f), worst grad norm ratio %.3g over %zu tensors\n", GetParam().c_str(),
@@ -106,8 +70,8 @@ INSTANTIATE_TEST_SUITE_P(Models, Gradients, ::testing::Values("llama_gqa", "gpt2
 // init_model draws every full matrix and slices it: the same parameters (and loss) at any TP.
 TEST(InitModel, SameAtEveryTpSize) {
   ModelConfig c = read_model_config(model_fixture("llama_odd"));
-  const Tensor tokens = ids_from({{1, 5, 9, 200, 3, 7, 7, 42}});
-  const Tensor targets = ids_from({{5, 9, 200, 3, 7, 7, 42, -100}});
+  const Tensor tokens = ids_tensor({{1, 5, 9, 200, 3, 7, 7, 42}});
+  const Tensor targets = ids_tensor({{5, 9, 200, 3, 7, 7, 42, -100}});
   Gathered ref;
   float ref_loss = 0;
   for (int tp : {1, 3, 4}) {
@@ -162,8 +126,8 @@ GradRun grads_with(const std::string& dir, int tp, const TrainCompute& compute, 
 // losses and gradients are bitwise those of the run that saved every activation.
 TEST_P(Gradients, RecomputationGivesIdenticalGradients) {
   const std::string dir = model_fixture(GetParam());
-  const Tensor tokens = ids_from(read_id_lines(dir + "/train_inputs.txt"));
-  const Tensor targets = ids_from(read_id_lines(dir + "/train_targets.txt"));
+  const Tensor tokens = ids_tensor(read_id_lines(dir + "/train_inputs.txt"));
+  const Tensor targets = ids_tensor(read_id_lines(dir + "/train_targets.txt"));
   const int64_t L = read_model_config(dir).n_layers;
   for (int tp : {1, 2, 3}) {
     const GradRun base = grads_with(dir, tp, {}, tokens, targets);
@@ -185,8 +149,8 @@ TEST_P(Gradients, RecomputationGivesIdenticalGradients) {
 // not leak into inference: logits after a bf16 training step equal those of an f32 model.
 TEST_P(Gradients, Bf16ComputeNearPyTorchF32) {
   const std::string dir = model_fixture(GetParam());
-  const Tensor tokens = ids_from(read_id_lines(dir + "/train_inputs.txt"));
-  const Tensor targets = ids_from(read_id_lines(dir + "/train_targets.txt"));
+  const Tensor tokens = ids_tensor(read_id_lines(dir + "/train_inputs.txt"));
+  const Tensor targets = ids_tensor(read_id_lines(dir + "/train_targets.txt"));
   std::ifstream jf(dir + "/train.json");
   const double ref_loss = nlohmann::json::parse(jf)["losses"][0].get<double>();
   auto ref = SafetensorsFile::open(dir + "/grads.safetensors");
@@ -197,7 +161,7 @@ TEST_P(Gradients, Bf16ComputeNearPyTorchF32) {
     for (float l : b16.losses) EXPECT_NEAR(l, ref_loss, 5e-3 * std::fabs(ref_loss));
     double worst = 0, moved = 0;
     for (const auto& [name, g] : b16.grads) {
-      const auto want = reference_grad(*ref, name, b16.shapes.at(name));
+      const auto want = fixture_tensor(*ref, name, b16.shapes.at(name));
       ASSERT_EQ(g.size(), want.size()) << name;
       if (name.find("c_attn.k.bias") != std::string::npos) continue;  // analytically zero
       const double r = norm_ratio(g, want);
