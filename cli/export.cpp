@@ -1,6 +1,6 @@
 // `tensorpar export`: a sharded training checkpoint -> a plain HF directory (config.json +
 // model.safetensors, + the tokenizer files when the run's tokenizer was an HF one) that
-// `tensorpar generate` and transformers load.
+// `tensorpar generate` and transformers load; a GGUF llama run's included (hf_export.h).
 #include <cstdio>
 #include <filesystem>
 
@@ -20,6 +20,8 @@ void run_export(const ExportOptions& o) {
   const int64_t n = export_hf(o.checkpoint, o.out);
   const ShardedCheckpointReader r(o.checkpoint);
   std::string note = "";
+  if (stored_model_config(r.state(), r.dir()).rope.layout == RopeLayout::kInterleaved)
+    note = " (q/k rows put back from GGUF llama order into HF's)";
   const std::string tok = r.state().value("tokenizer", std::string());
   if (!tok.empty() && fs::is_directory(tok)) {
     for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
@@ -29,7 +31,7 @@ void run_export(const ExportOptions& o) {
              tok.compare(tok.size() - 5, 5, ".json") == 0) {
     fs::copy_file(tok, fs::path(o.out) / "tokenizer.json", fs::copy_options::overwrite_existing);
   } else if (!tok.empty()) {
-    note = " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied)";
+    note += " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied)";
   }
   std::printf("exported %lld tensors of %s (step %lld) to %s%s\n", (long long)n, r.dir().c_str(),
               (long long)r.state().value("step", int64_t(0)), o.out.c_str(), note.c_str());

@@ -1,4 +1,5 @@
-// HF config writing and checkpoint -> HF directory export.
+// HF config writing, the model config in a checkpoint's state, and checkpoint -> HF directory
+// export (with llama.cpp's q/k row order undone for GGUF llama runs).
 #include "train/hf_export.h"
 
 #include <filesystem>
@@ -20,6 +21,16 @@ nlohmann::json token_id(int64_t id) {
 // (rows, cols) -> (cols, rows)
 Tensor transposed(const Tensor& t) {
   return t.transpose(0, 1).contiguous();
+}
+
+constexpr const char* kConfigKey = "config";
+constexpr const char* kInterleavedConfigKey = "config_interleaved_rope";
+constexpr const char* kLayoutKey = "tensorpar_rope_layout";
+
+// "model.layers.N.self_attn.{q,k}_proj.{weight,bias}": rows in llama.cpp's order in a GGUF llama run.
+bool is_qk_projection(const std::string& name) {
+  return name.find(".self_attn.q_proj.") != std::string::npos ||
+         name.find(".self_attn.k_proj.") != std::string::npos;
 }
 
 }  // namespace
@@ -83,12 +94,59 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
   return j;
 }
 
+void store_model_config(nlohmann::json& state, const ModelConfig& c) {
+  if (c.rope.layout == RopeLayout::kHalfSplit) {
+    state[kConfigKey] = hf_config_json(c);
+    return;
+  }
+  ModelConfig half = c;
+  half.rope.layout = RopeLayout::kHalfSplit;
+  nlohmann::json j = hf_config_json(half);
+  j[kLayoutKey] = "interleaved";
+  state[kInterleavedConfigKey] = j;
+}
+
+ModelConfig stored_model_config(const nlohmann::json& state, const std::string& where) {
+  const bool half = state.contains(kConfigKey), inter = state.contains(kInterleavedConfigKey);
+  TP_CHECK(half || inter, "[stored_model_config] checkpoint ", where,
+           " has no model config in its state (no \"", kConfigKey, "\" or \"",
+           kInterleavedConfigKey, "\" key; a GGUF llama run saved before configs were stored "
+           "for every run has none): cannot tell the model's architecture");
+  const nlohmann::json& j = state[half ? kConfigKey : kInterleavedConfigKey];
+  ModelConfig c = ModelConfig::from_hf_json(j, where);
+  const std::string layout = j.value(kLayoutKey, std::string(half ? "half_split" : "(missing)"));
+  TP_CHECK(layout == "half_split" || layout == "interleaved", "[stored_model_config] checkpoint ",
+           where, ": ", kLayoutKey, " '", layout, "', expected 'half_split' or 'interleaved'");
+  c.rope.layout = layout == "interleaved" ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+  return c;
+}
+
+Tensor gguf_qk_rows_to_hf(const Tensor& t, int64_t head_dim) {
+  TP_CHECK(t.ndim() >= 1 && head_dim > 0 && head_dim % 2 == 0 && t.dim(0) % head_dim == 0,
+           "[gguf_qk_rows_to_hf] rows: got ", t.describe(), " with head size ", head_dim,
+           ", expected a multiple of an even head size");
+  const Tensor src = t.contiguous();
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < t.dim(0) / head_dim; ++h)
+    for (int64_t i = 0; i < half; ++i)
+      for (int64_t j = 0; j < 2; ++j) {
+        const int64_t hf = h * head_dim + j * half + i, gguf = h * head_dim + 2 * i + j;
+        out.slice(0, hf, hf + 1).copy_from(src.slice(0, gguf, gguf + 1));
+      }
+  return out;
+}
+
 int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
   ShardedCheckpointReader r(checkpoint);
-  TP_CHECK(r.state().contains("config"), "[export_hf] checkpoint ", r.dir(),
-           " has no model config in its index");
-  const nlohmann::json config = r.state()["config"];
-  const ModelConfig c = ModelConfig::from_hf_json(config, r.dir() + "/index.json");
+  const std::string where = r.dir() + "/index.json";
+  const ModelConfig c = stored_model_config(r.state(), where);
+  const bool gguf_rows = c.rope.layout == RopeLayout::kInterleaved;
+  TP_CHECK(!gguf_rows || c.family == ArchFamily::kLlama, "[export_hf] ", where,
+           ": interleaved RoPE on a non-llama model");
+  ModelConfig hf = c;
+  hf.rope.layout = RopeLayout::kHalfSplit;  // what the rows are once gguf_qk_rows_to_hf has run
+  const nlohmann::json config = hf_config_json(hf);
   const std::string prefix = "param/";
   std::vector<NamedTensor> out;
   std::map<std::string, Tensor> gpt2_qkv;  // "<layer prefix>|w" / "|b" -> pieces gathered below
@@ -96,6 +154,7 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
     if (stored.rfind(prefix, 0) != 0) continue;
     const std::string name = stored.substr(prefix.size());
     Tensor t = r.read_full(stored);
+    if (gguf_rows && is_qk_projection(name)) t = gguf_qk_rows_to_hf(t, c.head_dim);
     if (c.family == ArchFamily::kGpt2) {
       const auto qkv = name.find(".attn.c_attn.");
       if (qkv != std::string::npos) continue;  // assembled per layer below

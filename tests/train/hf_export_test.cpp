@@ -1,0 +1,244 @@
+// Export of GGUF-started llama runs: llama.cpp's per-head q/k row permutation undone (checked
+// against the converter's reshape/swapaxes written out here, and against the HF fixture the GGUF
+// was made from), the model config stored in every checkpoint, and the exported HF directory giving
+// the GGUF model's logits. Bad checkpoints name what is missing.
+#include "train/hf_export.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "io/safetensors.h"
+#include "io/sharded_checkpoint.h"
+#include "train/checkpoint.h"
+#include "train/train_test_util.h"
+#include "train/trainer.h"
+
+namespace tensorpar::testing {
+namespace {
+namespace fs = std::filesystem;
+
+std::string fresh_dir(const std::string& tag) {
+  const fs::path p =
+      fs::temp_directory_path() / ("tp_hfexport_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string gguf_fixture() { return model_fixture("llama_gqa_gguf") + "/model-f16.gguf"; }
+
+// llama.cpp convert_hf_to_gguf's permute for one (heads*HS, cols) matrix, as its numpy does it:
+// w.reshape(heads, 2, HS/2, cols).swapaxes(1, 2).reshape(heads*HS, cols). Output element
+// (h, a, b, c) of the swapped (heads, HS/2, 2, cols) array is input element (h, b, a, c).
+std::vector<float> llamacpp_permute(const std::vector<float>& w, int64_t heads, int64_t hs,
+                                    int64_t cols) {
+  std::vector<float> out(w.size(), NAN);
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t a = 0; a < hs / 2; ++a)
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t c = 0; c < cols; ++c)
+          out[size_t(((h * (hs / 2) + a) * 2 + b) * cols + c)] =
+              w[size_t(((h * 2 + b) * (hs / 2) + a) * cols + c)];
+  return out;
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no Error thrown)";
+}
+
+// |a - ref| within f16 rounding of ref (the GGUF holds f16(ref)): half an ulp of f16, 2^-11
+// relative, or 2^-25 absolute in the subnormal range.
+bool within_f16(float a, float ref) {
+  return std::fabs(double(a) - ref) <= std::max(std::fabs(double(ref)) * 0x1p-11, 0x1p-25);
+}
+
+TEST(GgufQkRows, UndoesTheConvertersPermutation) {
+  Rng rng(31);
+  for (auto [heads, hs, cols] : {std::tuple{1, 2, 1}, std::tuple{3, 8, 7}, std::tuple{2, 16, 33},
+                                 std::tuple{5, 6, 1}}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads of " + std::to_string(hs) + ", " +
+                 std::to_string(cols) + " cols");
+    std::vector<float> hf(size_t(heads * hs * cols));
+    for (float& x : hf) x = rng.uniform(-1, 1);
+    const std::vector<float> gguf = llamacpp_permute(hf, heads, hs, cols);
+    if (hs > 2) {  // with HS = 2 the permutation is the identity
+      ASSERT_NE(gguf, hf);
+    }
+    const Tensor t = Tensor::from_f32({heads * hs, cols}, gguf);
+    EXPECT_EQ(gguf_qk_rows_to_hf(t, hs).to_vector(), hf);
+    if (cols == 1) {  // a bias: the same permutation of a 1-D tensor
+      const Tensor b = Tensor::from_f32({heads * hs}, gguf);
+      EXPECT_EQ(gguf_qk_rows_to_hf(b, hs).to_vector(), hf);
+    }
+  }
+  const std::string e = error_of([] { gguf_qk_rows_to_hf(Tensor::zeros({12, 3}, DType::kF32), 8); });
+  EXPECT_NE(e.find("[gguf_qk_rows_to_hf]"), std::string::npos) << e;
+  EXPECT_NE(e.find("f32[12, 3]"), std::string::npos) << e;
+}
+
+TEST(StoredModelConfig, RoundTripsBothLayouts) {
+  ModelConfig c = tiny_llama();
+  nlohmann::json half;
+  store_model_config(half, c);
+  ASSERT_TRUE(half.contains("config"));
+  EXPECT_FALSE(half.contains("config_interleaved_rope"));
+  EXPECT_EQ(stored_model_config(half, "x").summary(), c.summary());
+  c.rope.layout = RopeLayout::kInterleaved;
+  c.rope.theta = 5e5;
+  nlohmann::json inter;
+  store_model_config(inter, c);
+  // No "config": `train --resume` without --model must not read it as HF-ordered weights.
+  EXPECT_FALSE(inter.contains("config"));
+  const ModelConfig back = stored_model_config(inter, "x");
+  EXPECT_EQ(back.rope.layout, RopeLayout::kInterleaved);
+  EXPECT_EQ(back.summary(), c.summary());
+  EXPECT_EQ(back.rope.theta, 5e5);
+
+  const std::string none = error_of([] { stored_model_config(nlohmann::json::object(), "ck/step-3"); });
+  EXPECT_NE(none.find("ck/step-3"), std::string::npos) << none;
+  EXPECT_NE(none.find("no model config"), std::string::npos) << none;
+  inter["config_interleaved_rope"].erase("tensorpar_rope_layout");
+  const std::string missing = error_of([&] { stored_model_config(inter, "ck/step-4"); });
+  EXPECT_NE(missing.find("ck/step-4"), std::string::npos) << missing;
+  EXPECT_NE(missing.find("tensorpar_rope_layout"), std::string::npos) << missing;
+}
+
+// The llama_gqa GGUF (f16, Q/K rows in llama.cpp's order) loaded at tp 2, checkpointed, exported: the HF directory holds llama_gqa's own weights (to f16 precision), a plain
+// llama config.json, and at tp 1 gives the GGUF model's logits.
+TEST(Export, GgufLlamaRunBecomesPlainHfDirectory) {
+  const std::string root = fresh_dir("gguf"), out = root + "/hf";
+  LoadOptions lo;
+  lo.keep_quantized = false;
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = load_model(gguf_fixture(), world, lo);
+    ASSERT_EQ(m->config().rope.layout, RopeLayout::kInterleaved);
+    AdamW opt(AdamWConfig{});
+    nlohmann::json state = nlohmann::json::object();
+    store_model_config(state, m->config());  // as Trainer::save does
+    save_checkpoint(root, 0, m->parameters(), opt, world, state);  // the GGUF weights as loaded
+  });
+  ShardedCheckpointReader r(root);
+  EXPECT_FALSE(r.state().contains("config"));
+  ASSERT_TRUE(r.state().contains("config_interleaved_rope"));
+
+  EXPECT_GT(export_hf(root, out), 0);
+  std::ifstream cf(out + "/config.json");
+  const nlohmann::json cj = nlohmann::json::parse(cf);
+  EXPECT_FALSE(cj.contains("tensorpar_rope_layout"));
+  EXPECT_EQ(cj["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(cj["model_type"], "llama");
+  const ModelConfig ref_cfg = read_model_config(model_fixture("llama_gqa"));
+  const ModelConfig exp_cfg = read_model_config(out);
+  EXPECT_EQ(exp_cfg.rope.layout, RopeLayout::kHalfSplit);
+  EXPECT_EQ(exp_cfg.summary(), ref_cfg.summary());
+  EXPECT_EQ(exp_cfg.max_position, ref_cfg.max_position);
+  EXPECT_NEAR(exp_cfg.norm_eps, ref_cfg.norm_eps, 1e-12);  // the GGUF holds it as f32
+
+  // Every exported tensor is llama_gqa's to f16 precision; q/k only once the rows are un-permuted.
+  auto ref = SafetensorsFile::open(model_fixture("llama_gqa") + "/model.safetensors");
+  auto exported = SafetensorsFile::open(out + "/model.safetensors");
+  EXPECT_EQ(exported->tensors().size(), ref->tensors().size());
+  for (const TensorInfo& ti : ref->tensors()) {
+    SCOPED_TRACE(ti.name);
+    ASSERT_TRUE(exported->find(ti.name).has_value());
+    const std::vector<float> a = exported->read(ti.name).to_vector(), b = ref->read(ti.name).to_vector();
+    ASSERT_EQ(a.size(), b.size());
+    size_t bad = 0;
+    for (size_t i = 0; i < a.size(); ++i) bad += !within_f16(a[i], b[i]);
+    EXPECT_EQ(bad, 0u);
+    if (ti.name.find("_proj.weight") != std::string::npos &&
+        (ti.name.find("q_proj") != std::string::npos || ti.name.find("k_proj") != std::string::npos)) {
+      // As the checkpoint holds them (GGUF order), most rows are elsewhere.
+      const std::vector<float> raw = r.read_full("param/" + ti.name).to_vector();
+      size_t off = 0;
+      for (size_t i = 0; i < raw.size(); ++i) off += !within_f16(raw[i], b[i]);
+      EXPECT_GT(off, raw.size() / 2);
+    }
+  }
+
+  // Logits: the GGUF model (interleaved RoPE) vs the export (half split), both at tp 1, f32.
+  const std::vector<int64_t> ids = read_numbers<int64_t>(model_fixture("llama_gqa_gguf") + "/tokens.txt");
+  const std::vector<int32_t> tokens(ids.begin(), ids.end());
+  const int64_t T = int64_t(tokens.size()), V = ref_cfg.vocab_size;
+  std::vector<float> from_gguf, from_export;
+  run_model_ranks(1, [&](Communicator& world) {
+    for (const std::string& path : {gguf_fixture(), out}) {
+      auto m = load_model(path, world, lo);
+      Tensor logits = Tensor::empty({T, V}, DType::kF32);
+      logits.fill(NAN);
+      auto cache = m->make_cache(T);
+      m->forward(logits, tokens, *cache, false);
+      (path == out ? from_export : from_gguf) = logits.to_vector();
+    }
+  });
+  const std::vector<float> reference = read_f32_file(model_fixture("llama_gqa_gguf") + "/logits-f16.bin");
+  ASSERT_EQ(from_gguf.size(), size_t(T * V));
+  ASSERT_EQ(reference.size(), size_t(T * V));
+  double diff = 0, diff_ref = 0;
+  for (size_t i = 0; i < from_gguf.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(from_export[i])) << i;
+    diff = std::max(diff, std::fabs(double(from_export[i]) - from_gguf[i]));
+    diff_ref = std::max(diff_ref, std::fabs(double(from_export[i]) - reference[i]));
+  }
+  std::printf("  %lld x %lld logits: export vs GGUF max |diff| %.3g; vs transformers f64 %.3g\n",
+              (long long)T, (long long)V, diff, diff_ref);
+  EXPECT_LT(diff, 2e-5);
+  EXPECT_LT(diff_ref, 5e-5);
+  fs::remove_all(root);
+}
+
+// The Trainer stores a GGUF llama run's config (interleaved layout) in its checkpoints.
+// DISABLED_ until Trainer::save's call of store_model_config is committed (trainer.cpp).
+TEST(Trainer, DISABLED_CheckpointOfGgufRunHasItsConfig) {
+  const std::string root = fresh_dir("trainer");
+  LoadOptions lo;
+  lo.keep_quantized = false;
+  TokenCorpus corpus;
+  Rng rng(7);
+  for (int i = 0; i < 300; ++i) corpus.train.push_back(int32_t(rng.integer(0, 256)));
+  corpus.val = corpus.train;
+  TrainOptions o;
+  o.steps = 1;
+  o.batch = 2;
+  o.seq = 8;
+  o.out_dir = root;
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = load_model(gguf_fixture(), world, lo);
+    Trainer(*m, corpus, o).run(nullptr);  // saves step-1
+  });
+  ShardedCheckpointReader r(root);
+  const ModelConfig c = stored_model_config(r.state(), r.dir());
+  EXPECT_EQ(c.rope.layout, RopeLayout::kInterleaved);
+  EXPECT_EQ(c.summary(), read_model_config(gguf_fixture()).summary());
+  EXPECT_GT(export_hf(root, root + "/hf"), 0);
+  fs::remove_all(root);
+}
+
+// A checkpoint without any model config (as a GGUF llama run's were before configs were stored
+// for every run) is refused naming the checkpoint and the missing keys.
+TEST(Export, CheckpointWithoutConfigNamesWhatIsMissing) {
+  const std::string root = fresh_dir("noconfig");
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = init_model(tiny_llama(), world, 3);
+    AdamW opt(AdamWConfig{});
+    save_checkpoint(root, 1, m->parameters(), opt, world, {{"seed", 1}});
+  });
+  const std::string e = error_of([&] { export_hf(root, root + "/hf"); });
+  EXPECT_NE(e.find(root + "/step-1"), std::string::npos) << e;
+  EXPECT_NE(e.find("no model config"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"config\""), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(root + "/hf/model.safetensors"));
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tensorpar::testing
