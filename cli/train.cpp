@@ -12,6 +12,7 @@
 #include "io/sharded_checkpoint.h"
 #include "model/load_model.h"
 #include "model/tokenizer_loader.h"
+#include "train/hf_export.h"
 #include "train/trainer.h"
 
 namespace tensorpar::cli {
@@ -124,11 +125,8 @@ void run_train(TrainCliOptions& o) {
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
       model = load_model(o.model, world, lo);
     } else if (!o.resume.empty()) {
-      TP_CHECK(
-          resume_state.contains("config"), "[train] checkpoint ", o.resume,
-          " has no HF config (its model came from a GGUF file): pass that --model again to resume");
-      model = init_model(ModelConfig::from_hf_json(resume_state.at("config"), o.resume), world,
-                         o.init_seed);
+      // Every parameter comes from the checkpoint; the config (any RoPE layout) is stored in it.
+      model = init_model(stored_model_config(resume_state, o.resume), world, o.init_seed);
     } else {
       model = init_model(config_from_flags(o, vocab), world, o.init_seed);
     }
@@ -136,7 +134,10 @@ void run_train(TrainCliOptions& o) {
              " tokens but the model's vocabulary only ", model->config().vocab_size);
     o.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
     Trainer trainer(*model, corpus, o.train);
-    if (!o.resume.empty()) trainer.resume(o.resume);
+    if (!o.resume.empty()) {
+      const std::string note = trainer.resume(o.resume);
+      if (lead && !note.empty()) std::fprintf(stderr, "[train] %s\n", note.c_str());
+    }
 
     // Parameters and the bytes of params + grads + AdamW moments on each rank.
     int64_t mine[2] = {0, 0};

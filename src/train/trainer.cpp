@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 #include "train/hf_export.h"
@@ -21,11 +22,35 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
            ", expected in [1, max_position = ", model.config().max_position, "]");
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
            corpus.train.size(), " tokens, too few for seq ", o_.seq);
+  model_.set_train_compute(o_.compute);
 }
 
-void Trainer::resume(const std::string& path) {
+std::string Trainer::resume(const std::string& path) {
   const nlohmann::json state = load_checkpoint(path, model_.parameters(), &opt_);
+  if (state.contains("config") || state.contains("config_interleaved_rope")) {
+    // Same tensor names and shapes, but GGUF llama q/k rows only fit interleaved RoPE.
+    const ModelConfig saved = stored_model_config(state, path);
+    TP_CHECK(saved.rope.layout == model_.config().rope.layout, "[Trainer::resume] checkpoint ", path,
+             " was trained with ", saved.rope.layout == RopeLayout::kInterleaved ? "interleaved" : "half-split",
+             " RoPE (q/k rows in that order) but the model uses the other layout: resume a GGUF-started run "
+             "with its GGUF --model (or none), an HF-started one with its HF directory");
+  }
   step_ = state.value("step", int64_t(0));
+  if (!state.contains("schedule")) return "";
+  const nlohmann::json& j = state["schedule"];
+  std::string note;
+  auto differs = [&](const char* flag, const char* key, double mine) {
+    const double theirs = j.value(key, mine);
+    if (mine == theirs) return;
+    char b[96];
+    std::snprintf(b, sizeof(b), "%s%s %g -> %g", note.empty() ? "" : ", ", flag, theirs, mine);
+    note += b;
+  };
+  differs("--lr", "lr", double(o_.lr));
+  differs("--min-lr", "min_lr", double(o_.min_lr));
+  differs("--warmup", "warmup", double(o_.warmup));
+  differs("--steps", "steps", double(o_.steps));
+  return note.empty() ? note : "learning-rate schedule differs from the checkpoint's run: " + note;
 }
 
 StepLog Trainer::train_step() {
@@ -66,10 +91,9 @@ float Trainer::evaluate() {
 void Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
-  // A GGUF llama model (interleaved RoPE) has no HF config: its checkpoints resume with --model.
-  if (model_.config().rope.layout == RopeLayout::kHalfSplit)
-    state["config"] = hf_config_json(model_.config());
+  store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;
+  state["schedule"] = {{"lr", o_.lr}, {"min_lr", o_.min_lr}, {"warmup", o_.warmup}, {"steps", o_.steps}};
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault);
 }
 

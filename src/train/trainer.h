@@ -49,8 +49,11 @@ class Trainer {
  public:
   Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt);
 
-  // Loads parameters, moments and the step from a checkpoint (any TP size). Collective.
-  void resume(const std::string& path);
+  // Loads parameters, moments and the step from a checkpoint (any TP size). Collective. The
+  // learning rate follows this run's options (--steps sets the cosine's length, so resuming with
+  // the options of the interrupted run reproduces it exactly); returns a note naming the
+  // schedule options that differ from the checkpoint's run ("" when they agree).
+  std::string resume(const std::string& path);
   // Runs steps step()+1 .. opt.steps; on_step is called on every rank after each step.
   void run(const std::function<void(const StepLog&)>& on_step);
   // One optimizer step (all micro-batches); returns its log (without val_loss).

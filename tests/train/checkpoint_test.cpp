@@ -116,7 +116,13 @@ TEST(Trainer, ResumeGivesExactlyTheUninterruptedLosses) {
     run_model_ranks(tp, [&](Communicator& world) {
       auto m = init_model(c, world, 11);
       Trainer t(*m, corpus, o);
-      if (resume) t.resume(root);
+      if (resume) {
+        // The first run's --steps was 3: the note names the changed cosine length.
+        const std::string note = t.resume(root);
+        if (world.rank() == 0) {
+          EXPECT_NE(note.find("--steps 3 -> 6"), std::string::npos) << note;
+        }
+      }
       t.run([&](const StepLog& l) {
         if (world.rank() == 0) losses.push_back(l.loss);
       });

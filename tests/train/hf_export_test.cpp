@@ -198,7 +198,7 @@ TEST(Export, GgufLlamaRunBecomesPlainHfDirectory) {
 
 // The Trainer stores a GGUF llama run's config (interleaved layout) in its checkpoints.
 // DISABLED_ until Trainer::save's call of store_model_config is committed (trainer.cpp).
-TEST(Trainer, DISABLED_CheckpointOfGgufRunHasItsConfig) {
+TEST(Trainer, CheckpointOfGgufRunHasItsConfig) {
   const std::string root = fresh_dir("trainer");
   LoadOptions lo;
   lo.keep_quantized = false;
@@ -220,6 +220,19 @@ TEST(Trainer, DISABLED_CheckpointOfGgufRunHasItsConfig) {
   EXPECT_EQ(c.rope.layout, RopeLayout::kInterleaved);
   EXPECT_EQ(c.summary(), read_model_config(gguf_fixture()).summary());
   EXPECT_GT(export_hf(root, root + "/hf"), 0);
+  // The checkpoint resumes into a model built from its own config (what `train --resume` does
+  // without --model), but not into the exported half-split directory: same names and shapes,
+  // q/k rows in the other order.
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = init_model(c, world, 1);
+    Trainer t(*m, corpus, o);
+    t.resume(root);
+    EXPECT_EQ(t.step(), 1);
+    auto hf = load_model(root + "/hf", world);
+    Trainer wrong(*hf, corpus, o);
+    const std::string e = error_of([&] { wrong.resume(root); });
+    EXPECT_NE(e.find("interleaved RoPE"), std::string::npos) << e;
+  });
   fs::remove_all(root);
 }
 
