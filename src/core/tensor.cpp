@@ -1,12 +1,11 @@
 #include "core/tensor.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "core/buffer_cache.h"
 #include "core/checked_math.h"
 #include "core/quant.h"
 
@@ -42,19 +41,16 @@ static Shape contiguous_strides(const Shape& s) {
 
 namespace {
 
-// Large buffers come straight from mmap: page-aligned, and zero pages that cost no memory until
-// touched, so zeros() of a weight that loading overwrites later (or a KV cache used in part)
-// never shows up in the resident set. Small ones use the heap.
-constexpr size_t kMmapThreshold = size_t(1) << 20;
-
+// Large buffers are page-aligned mappings (fresh ones are lazily zero pages; released ones are
+// cached for reuse, see buffer_cache.h). Small ones use the heap.
 std::shared_ptr<void> allocate(int64_t nbytes, bool* zeroed) {
   const size_t n = size_t((nbytes + 63) / 64 * 64);
   if (zeroed) *zeroed = false;
-  if (n >= kMmapThreshold) {
-    void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    TP_CHECK(p != MAP_FAILED, "[aligned_alloc] out of memory allocating ", nbytes, " bytes");
-    if (zeroed) *zeroed = true;
-    return std::shared_ptr<void>(p, [n](void* q) { munmap(q, n); });
+  if (n >= kLargeBufferBytes) {
+    bool fresh = false;
+    void* p = large_buffer_alloc(n, &fresh);
+    if (zeroed) *zeroed = fresh;
+    return std::shared_ptr<void>(p, [n](void* q) { large_buffer_free(q, n); });
   }
   void* p = n ? std::aligned_alloc(64, n) : nullptr;
   TP_CHECK(p || n == 0, "[aligned_alloc] out of memory allocating ", nbytes, " bytes");

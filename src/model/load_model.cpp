@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "core/buffer_cache.h"
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/transformer.h"
@@ -45,6 +46,7 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
   auto store = open_store(path, &config);
   auto model = std::make_unique<Transformer>(config, tp);
   model->load_weights(WeightSource(std::move(store), path, opt));
+  release_cached_buffers();  // loading's temporaries (converted slices) go back to the OS
   return model;
 }
 

@@ -1,0 +1,99 @@
+// The large-buffer cache (see buffer_cache.h): a short list of released mappings searched by
+// exact page-rounded size, most recently released first; eviction unmaps the oldest.
+#include "core/buffer_cache.h"
+
+#include <sys/mman.h>
+
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+
+namespace tensorpar {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t page_round(size_t n) { return (n + kPage - 1) / kPage * kPage; }
+
+struct Cache {
+  struct Entry {
+    void* p;
+    size_t bytes;
+  };
+  std::mutex mu;
+  std::vector<Entry> entries;  // oldest release first
+  size_t bytes = 0;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: buffers may be freed during static teardown
+  return *c;
+}
+
+}  // namespace
+
+void* large_buffer_alloc(size_t n, bool* zeroed) {
+  const size_t bytes = page_round(n);
+  {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (size_t i = c.entries.size(); i-- > 0;) {
+      if (c.entries[i].bytes != bytes) continue;
+      void* p = c.entries[i].p;
+      c.entries.erase(c.entries.begin() + std::ptrdiff_t(i));
+      c.bytes -= bytes;
+      *zeroed = false;
+      return p;
+    }
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    release_cached_buffers();  // the cache may hold what the system lacks
+    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+  TP_CHECK(p != MAP_FAILED, "[aligned_alloc] out of memory allocating ", n, " bytes");
+  *zeroed = true;
+  return p;
+}
+
+void large_buffer_free(void* p, size_t n) {
+  const size_t bytes = page_round(n);
+  std::vector<Cache::Entry> evicted;
+  {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (bytes > kBufferCacheBytes) {
+      evicted.push_back({p, bytes});
+    } else {
+      c.entries.push_back({p, bytes});
+      c.bytes += bytes;
+      size_t drop = 0;
+      while (c.bytes > kBufferCacheBytes) {
+        c.bytes -= c.entries[drop].bytes;
+        evicted.push_back(c.entries[drop++]);
+      }
+      c.entries.erase(c.entries.begin(), c.entries.begin() + std::ptrdiff_t(drop));
+    }
+  }
+  for (const Cache::Entry& e : evicted) munmap(e.p, e.bytes);  // outside the lock
+}
+
+void release_cached_buffers() {
+  std::vector<Cache::Entry> all;
+  {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    all.swap(c.entries);
+    c.bytes = 0;
+  }
+  for (const Cache::Entry& e : all) munmap(e.p, e.bytes);
+}
+
+int64_t cached_buffer_bytes() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return int64_t(c.bytes);
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,73 @@
+// The large-buffer cache: a released buffer is reused by an allocation of the same page-rounded
+// size (and zeros() of it is zero again), the cache never holds more than its cap, release
+// empties it, and concurrent allocate/free from several threads keeps it consistent.
+#include "core/buffer_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tensorpar {
+namespace {
+
+TEST(BufferCache, ReleasedBufferIsReusedAndZeroedAgain) {
+  release_cached_buffers();
+  const int64_t n = 3 << 18;  // 768 Ki floats = 3 MiB
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::zeros({n}, DType::kF32);
+    for (float v : t.to_vector()) ASSERT_EQ(v, 0.0f);
+    std::memset(t.raw(), 0x7f, size_t(t.nbytes()));  // garbage for the next user
+    first = t.raw();
+  }
+  EXPECT_GE(cached_buffer_bytes(), 3 << 20);
+  {
+    Tensor again = Tensor::zeros({n}, DType::kF32);
+    EXPECT_EQ(again.raw(), first);  // the same mapping came back
+    for (float v : again.to_vector()) ASSERT_EQ(v, 0.0f);
+    EXPECT_EQ(cached_buffer_bytes(), 0);
+  }
+  // Another page-rounded size does not take it (it stays cached, so a new mapping is elsewhere).
+  Tensor other = Tensor::empty({n + 4096}, DType::kF32);
+  EXPECT_NE(other.raw(), first);
+  EXPECT_GE(cached_buffer_bytes(), 3 << 20);
+}
+
+TEST(BufferCache, HoldsAtMostItsCapAndReleasesEverything) {
+  release_cached_buffers();
+  const size_t chunk = kBufferCacheBytes / 4 + 4096;
+  {
+    std::vector<Tensor> many;
+    for (int i = 0; i < 6; ++i) many.push_back(Tensor::empty({int64_t(chunk)}, DType::kU8));
+  }
+  EXPECT_LE(cached_buffer_bytes(), int64_t(kBufferCacheBytes));
+  EXPECT_GE(cached_buffer_bytes(), int64_t(3 * chunk));
+  { Tensor huge = Tensor::empty({int64_t(kBufferCacheBytes) + 4096}, DType::kU8); }  // never cached
+  EXPECT_LE(cached_buffer_bytes(), int64_t(kBufferCacheBytes));
+  release_cached_buffers();
+  EXPECT_EQ(cached_buffer_bytes(), 0);
+}
+
+TEST(BufferCache, ConcurrentAllocateAndFree) {
+  release_cached_buffers();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([t] {
+      for (int i = 0; i < 50; ++i) {
+        Tensor a = Tensor::zeros({int64_t(1 << 18) * (1 + (i + t) % 3)}, DType::kF32);
+        a.data<float>()[a.numel() - 1] = float(i);
+        ASSERT_EQ(a.data<float>()[0], 0.0f);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_LE(cached_buffer_bytes(), int64_t(kBufferCacheBytes));
+  release_cached_buffers();
+}
+
+}  // namespace
+}  // namespace tensorpar
