@@ -56,8 +56,8 @@ void run_chat(const ChatCliOptions& o) {
     std::optional<Tokenizer> tok;
     std::optional<ChatTemplate> tmpl;
     if (leader) {
-      tok = load_tokenizer(o.model.model);
-      tmpl = load_chat_template(o.model.model, *tok);
+      tok = load_tokenizer(tokenizer_source(o.model));
+      tmpl = load_chat_template(tokenizer_source(o.model), *tok);
       std::printf("tensorpar chat: %s at tp %d. Type a message; /exit or Ctrl-D ends.\n", o.model.model.c_str(),
                   tp.size());
     }

@@ -31,7 +31,7 @@ void run_export(const ExportOptions& o) {
              tok.compare(tok.size() - 5, 5, ".json") == 0) {
     fs::copy_file(tok, fs::path(o.out) / "tokenizer.json", fs::copy_options::overwrite_existing);
   } else if (!tok.empty()) {
-    note += " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied)";
+    note += " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied: generate with --tokenizer " + tok + ")";
   }
   std::printf("exported %lld tensors of %s (step %lld) to %s%s\n", (long long)n, r.dir().c_str(),
               (long long)r.state().value("step", int64_t(0)), o.out.c_str(), note.c_str());

@@ -28,13 +28,13 @@ void run_generate(const GenerateCliOptions& o) {
     std::optional<Tokenizer> tok;
     std::vector<int32_t> ids;
     if (leader) {
-      tok = load_tokenizer(o.model.model);
+      tok = load_tokenizer(tokenizer_source(o.model));
       std::string text = o.prompt;
       if (o.chat) {
         std::vector<ChatMessage> msgs;
         if (!o.system.empty()) msgs.push_back({"system", o.system});
         msgs.push_back({"user", o.prompt});
-        const ChatTemplate tmpl = load_chat_template(o.model.model, *tok);
+        const ChatTemplate tmpl = load_chat_template(tokenizer_source(o.model), *tok);
         text = tmpl.apply(msgs, /*add_generation_prompt=*/true);
       }
       ids = tok->encode(text);

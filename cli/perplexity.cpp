@@ -51,7 +51,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
         std::ifstream f(o.text_file, std::ios::binary);
         TP_CHECK(f.good(), "[perplexity] cannot open ", o.text_file);
         const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        const Tokenizer tok = load_tokenizer(o.model.model);
+        const Tokenizer tok = load_tokenizer(tokenizer_source(o.model));
         ids = tok.encode(text, /*allow_special=*/false);
         if (tok.add_bos() && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
       }

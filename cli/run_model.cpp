@@ -13,6 +13,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd.add_option("--ctx", opts.ctx, "Context length in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
+  cmd.add_option("--tokenizer", opts.tokenizer,
+                 "Tokenizer and chat template from this HF directory, tokenizer.json or GGUF file "
+                 "(default: --model's)");
 }
 
 void run_with_model(const CommonOptions& common, const ModelOptions& mopts,

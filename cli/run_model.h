@@ -15,8 +15,13 @@ struct ModelOptions {
   std::string model;         // GGUF file or HF directory
   std::string dtype = "f32";  // float weights in memory: f32 | bf16
   int64_t ctx = 0;           // context length (0: the model's, capped at 4096)
+  std::string tokenizer;     // tokenizer (+ chat template) source; "" = the model's
 };
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
+// Where the tokenizer and chat template come from: --tokenizer, else --model.
+inline const std::string& tokenizer_source(const ModelOptions& opts) {
+  return opts.tokenizer.empty() ? opts.model : opts.tokenizer;
+}
 
 // Starts the ranks (threads or MPI), loads the model on each with the world as its TP group,
 // and runs fn(model) on every rank.

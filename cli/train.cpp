@@ -29,13 +29,6 @@ struct TrainCliOptions {
   bool bf16 = false;
 };
 
-Tokenizer tokenizer_from(const std::string& path) {
-  if (std::filesystem::is_regular_file(path) && path.size() > 5 &&
-      path.compare(path.size() - 5, 5, ".json") == 0)
-    return Tokenizer::from_json_file(path);
-  return load_tokenizer(path);
-}
-
 ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
   ModelConfig c;
   const int64_t kv = o.kv_heads > 0 ? o.kv_heads : o.heads;
@@ -105,7 +98,7 @@ void run_train(TrainCliOptions& o) {
     int64_t vocab = 0;
     if (lead) {
       const auto t0 = std::chrono::steady_clock::now();
-      const Tokenizer tok = tokenizer_from(tok_path);
+      const Tokenizer tok = load_tokenizer(tok_path);
       vocab = tok.vocab_size();
       corpus = tokenize_corpus(list_text_files(o.data), tok, o.val_fraction, o.train.seq);
       if (o.max_data_tokens > 0 && int64_t(corpus.train.size()) > o.max_data_tokens)

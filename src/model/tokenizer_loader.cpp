@@ -37,9 +37,11 @@ Tokenizer load_tokenizer(const std::string& path) {
                                       md.get_string_or("tokenizer.ggml.pre", "default"),
                                       md.get_bool_or("tokenizer.ggml.add_bos_token", false));
   }
+  if (std::filesystem::is_regular_file(path) && path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0)
+    return Tokenizer::from_json_file(path);  // a tokenizer.json itself
   const std::filesystem::path json = std::filesystem::path(path) / "tokenizer.json";
   TP_CHECK(std::filesystem::is_regular_file(json), "[load_tokenizer] ", path,
-           ": no tokenizer.json in the model directory (and not a .gguf file)");
+           ": no tokenizer.json in the model directory (and not a .gguf or .json file)");
   return Tokenizer::from_json_file(json.string());
 }
 

@@ -9,8 +9,8 @@
 
 namespace tensorpar {
 
-// path: an HF directory or a .gguf file (as load_model takes). Throws Error naming the file
-// when it has no usable tokenizer.
+// path: an HF directory or a .gguf file (as load_model takes), or a tokenizer.json file. Throws
+// Error naming the file when it has no usable tokenizer.
 Tokenizer load_tokenizer(const std::string& path);
 // The model's chat template (detected from its Jinja text); ChatML when the model has none.
 ChatTemplate load_chat_template(const std::string& path, const Tokenizer& tokenizer);

@@ -3,6 +3,7 @@
 // greedy tokens equal to greedy.txt at every TP size (KV-cache decode), incremental decode equal
 // to one full forward, GGUF f16/q4_1 against their own references, and bad-input errors.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "model/model_test_util.h"
+#include "model/tokenizer_loader.h"
 
 namespace tensorpar::testing {
 namespace {
@@ -136,6 +138,31 @@ TEST(KvCache, IncrementalEqualsFull) {
       m->forward(last, std::span<const int32_t>(toks).subspan(size_t(T - 1)), *cache, true);
       EXPECT_LE(max_abs_diff(last.to_vector(), full.slice(0, T - 1, T).to_vector()), 1e-5);
     });
+  }
+}
+
+// load_tokenizer takes an HF directory, a tokenizer.json file itself, or a GGUF file; anything
+// else is refused naming the path.
+TEST(LoadTokenizer, DirectoryAndJsonFileAgree) {
+  namespace fs = std::filesystem;
+  const std::string file = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+  const fs::path dir = fs::temp_directory_path() / ("tp_tok_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(file, dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+  const Tokenizer from_file = load_tokenizer(file);
+  const Tokenizer from_dir = load_tokenizer(dir.string());
+  const std::string text = "The capital of France is Paris. 1234 tokens!";
+  EXPECT_GT(from_file.encode(text).size(), 5u);
+  EXPECT_EQ(from_file.encode(text), from_dir.encode(text));
+  EXPECT_EQ(from_file.vocab_size(), from_dir.vocab_size());
+  fs::remove_all(dir);
+  for (const std::string& bad : {model_fixture("llama_gqa") + "/model.safetensors", dir.string()}) {
+    try {
+      (void)load_tokenizer(bad);
+      ADD_FAILURE() << bad << " read as a tokenizer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
   }
 }
 
