@@ -69,5 +69,22 @@ TEST(BufferCache, ConcurrentAllocateAndFree) {
   release_cached_buffers();
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+// Sanitizer builds keep catching a use of a released large buffer: cached ones are inaccessible.
+TEST(BufferCacheDeathTest, UseAfterReleaseFaultsUnderSanitizers) {
+  EXPECT_DEATH(
+      {
+        float* p = nullptr;
+        {
+          Tensor t = Tensor::zeros({int64_t(1) << 19}, DType::kF32);
+          p = t.data<float>();
+        }
+        volatile float x = p[7];
+        (void)x;
+      },
+      "");
+}
+#endif
+
 }  // namespace
 }  // namespace tensorpar
