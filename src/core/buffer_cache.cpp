@@ -35,6 +35,8 @@ struct Cache {
   size_t bytes = 0;
 };
 
+thread_local int bypass_depth = 0;
+
 Cache& cache() {
   static Cache* c = new Cache;  // never destroyed: buffers may be freed during static teardown
   return *c;
@@ -73,7 +75,7 @@ void large_buffer_free(void* p, size_t n) {
   {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
-    if (bytes > kBufferCacheBytes) {
+    if (bytes > kBufferCacheBytes || bypass_depth > 0) {
       evicted.push_back({p, bytes});
     } else {
       if (kGuardCached) mprotect(p, bytes, PROT_NONE);
@@ -100,6 +102,9 @@ void release_cached_buffers() {
   }
   for (const Cache::Entry& e : all) munmap(e.p, e.bytes);
 }
+
+BufferCacheBypass::BufferCacheBypass() { ++bypass_depth; }
+BufferCacheBypass::~BufferCacheBypass() { --bypass_depth; }
 
 int64_t cached_buffer_bytes() {
   Cache& c = cache();

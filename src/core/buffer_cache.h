@@ -6,8 +6,9 @@
 // step. Fresh mappings are zero pages that cost nothing until touched (zeros() of a weight that
 // loading overwrites never reaches the resident set); reused ones are not zero.
 // The cache is process-wide (like malloc's arenas), thread-safe, and holds at most
-// kBufferCacheBytes; release_cached_buffers() returns it all to the OS (load_model does, so
-// loading's temporaries do not stay resident).
+// kBufferCacheBytes; release_cached_buffers() returns it all to the OS. One-off phases whose
+// temporaries will not repeat (loading a model) run under a BufferCacheBypass, so their freed
+// buffers are unmapped at once instead of raising the resident peak.
 #pragma once
 
 #include <cstddef>
@@ -27,5 +28,15 @@ void large_buffer_free(void* p, size_t n);
 void release_cached_buffers();
 // Bytes held in the cache now.
 int64_t cached_buffer_bytes();
+
+// While one lives, buffers released by this thread are unmapped, not cached (per thread: each
+// rank thread opts in for itself). Nests.
+class BufferCacheBypass {
+ public:
+  BufferCacheBypass();
+  ~BufferCacheBypass();
+  BufferCacheBypass(const BufferCacheBypass&) = delete;
+  BufferCacheBypass& operator=(const BufferCacheBypass&) = delete;
+};
 
 }  // namespace tensorpar

@@ -45,8 +45,11 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
   ModelConfig config;
   auto store = open_store(path, &config);
   auto model = std::make_unique<Transformer>(config, tp);
-  model->load_weights(WeightSource(std::move(store), path, opt));
-  release_cached_buffers();  // loading's temporaries (converted slices) go back to the OS
+  {
+    // Loading's temporaries (slices read, converted and dropped) are unmapped, not kept for reuse.
+    const BufferCacheBypass bypass;
+    model->load_weights(WeightSource(std::move(store), path, opt));
+  }
   return model;
 }
 

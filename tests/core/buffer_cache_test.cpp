@@ -1,6 +1,7 @@
 // The large-buffer cache: a released buffer is reused by an allocation of the same page-rounded
 // size (and zeros() of it is zero again), the cache never holds more than its cap, release
-// empties it, and concurrent allocate/free from several threads keeps it consistent.
+// empties it, a bypass unmaps instead (for its own thread only), and concurrent allocate/free
+// from several threads keeps it consistent.
 #include "core/buffer_cache.h"
 
 #include <gtest/gtest.h>
@@ -50,6 +51,25 @@ TEST(BufferCache, HoldsAtMostItsCapAndReleasesEverything) {
   EXPECT_LE(cached_buffer_bytes(), int64_t(kBufferCacheBytes));
   release_cached_buffers();
   EXPECT_EQ(cached_buffer_bytes(), 0);
+}
+
+TEST(BufferCache, BypassUnmapsInsteadOfCaching) {
+  release_cached_buffers();
+  {
+    const BufferCacheBypass bypass;
+    { Tensor t = Tensor::empty({int64_t(1) << 20}, DType::kF32); }
+    EXPECT_EQ(cached_buffer_bytes(), 0);
+  }
+  { Tensor t = Tensor::empty({int64_t(1) << 20}, DType::kF32); }
+  EXPECT_EQ(cached_buffer_bytes(), int64_t(4) << 20);
+  // Per thread: another thread's bypass does not apply here.
+  std::thread other([] {
+    const BufferCacheBypass bypass;
+    { Tensor t = Tensor::empty({int64_t(1) << 19}, DType::kF32); }
+  });
+  other.join();
+  EXPECT_EQ(cached_buffer_bytes(), int64_t(4) << 20);
+  release_cached_buffers();
 }
 
 TEST(BufferCache, ConcurrentAllocateAndFree) {
