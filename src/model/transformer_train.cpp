@@ -18,12 +18,6 @@ namespace tensorpar {
 
 namespace {
 
-// A training buffer reused across steps: reallocated only when its shape changes.
-void reuse_f32(Tensor& t, const Shape& shape) {
-  if (t.shape() != shape || t.dtype() != DType::kF32 || (t.numel() > 0 && !t.raw()))
-    t = Tensor::empty(shape, DType::kF32);
-}
-
 // out = a + b elementwise (out may alias either).
 void add(Tensor& out, const Tensor& a, const Tensor& b) {
   const float* pa = a.data<float>();
@@ -51,13 +45,13 @@ void Transformer::layer_forward_train(TransformerLayer& L, TrainLayerActs& A, Te
                                       const int64_t* positions) {
   const int64_t N = B * T, C = config_.hidden;
   const bool ln = config_.family == ArchFamily::kGpt2;
-  reuse_f32(A.h1, {N, C}), reuse_f32(A.rstd1, {N}), reuse_f32(A.mean1, {N});
+  ensure_f32(A.h1, {N, C}), ensure_f32(A.rstd1, {N}), ensure_f32(A.mean1, {N});
   norm_forward(A.h1.data<float>(), ln ? A.mean1.data<float>() : nullptr, A.rstd1.data<float>(),
                A.x_in.data<float>(), L.norm1_w, L.norm1_b, N);
   L.attn->forward_train(eng_, out, A.h1, B, T, positions, A.attn, tp_);  // out = attn(norm1(x))
-  reuse_f32(A.x_mid, {N, C});
+  ensure_f32(A.x_mid, {N, C});
   add(A.x_mid, A.x_in, out);
-  reuse_f32(A.h2, {N, C}), reuse_f32(A.rstd2, {N}), reuse_f32(A.mean2, {N});
+  ensure_f32(A.h2, {N, C}), ensure_f32(A.rstd2, {N}), ensure_f32(A.mean2, {N});
   norm_forward(A.h2.data<float>(), ln ? A.mean2.data<float>() : nullptr, A.rstd2.data<float>(),
                A.x_mid.data<float>(), L.norm2_w, L.norm2_b, N);
   L.mlp->forward(eng_, out, A.h2, A.mlp, tp_);
@@ -103,12 +97,12 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
   auto recomputes = [&](int64_t l) { return !with_grad || l < compute_.recompute_layers; };
   s.layers.resize(layers_.size());
   Tensor& x0 = n_layers > 0 ? s.layers[0].x_in : s.x_out;
-  reuse_f32(x0, {N, C});
+  ensure_f32(x0, {N, C});
   embed(x0, ids, pos, N);
   for (int64_t l = 0; l < n_layers; ++l) {
     TrainLayerActs& saved = s.layers[size_t(l)];
     Tensor& out = l + 1 < n_layers ? s.layers[size_t(l) + 1].x_in : s.x_out;
-    reuse_f32(out, {N, C});
+    ensure_f32(out, {N, C});
     if (recomputes(l)) {
       s.recomputed.x_in = saved.x_in;
       saved = TrainLayerActs{};  // drops what an earlier step saved here
@@ -116,13 +110,13 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
     }
     layer_forward_train(layers_[size_t(l)], recomputes(l) ? s.recomputed : saved, out, B, T, pos);
   }
-  reuse_f32(s.hf, {N, C}), reuse_f32(s.rstdf, {N}), reuse_f32(s.meanf, {N});
+  ensure_f32(s.hf, {N, C}), ensure_f32(s.rstdf, {N}), ensure_f32(s.meanf, {N});
   norm_forward(s.hf.data<float>(), ln ? s.meanf.data<float>() : nullptr, s.rstdf.data<float>(),
                s.x_out.data<float>(), norm_w_, norm_b_, N);
   Param& head = config_.tie_embeddings ? embed_ : lm_head_;
-  reuse_f32(s.logits, {N, vocab_range_.size()});
+  ensure_f32(s.logits, {N, vocab_range_.size()});
   if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, s.hf, head.value, nullptr);
-  reuse_f32(s.lse, {N});
+  ensure_f32(s.lse, {N});
   Tensor tg = targets.reshape({N});
   const float loss = vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, tg, vocab_range_,
                                                           config_.vocab_size, tp_);
@@ -130,17 +124,17 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
 
   // ---- backward ----
   Tensor& d_logits = s.d_logits;
-  reuse_f32(d_logits, s.logits.shape());
+  ensure_f32(d_logits, s.logits.shape());
   d_logits.fill_zero();
   vocab_parallel_cross_entropy_backward(d_logits, loss_scale, s.logits, s.lse, tg, vocab_range_, config_.vocab_size);
   ensure_grad(head.grad, head.value.shape());
   Tensor& d_h = s.d_h;
-  reuse_f32(d_h, {N, C});
+  ensure_f32(d_h, {N, C});
   d_h.fill_zero();
   if (d_logits.numel() > 0) matmul_backward(eng_, &d_h, &head.grad, nullptr, d_logits, s.hf, head.value);
   copy_to_tp_region_backward(d_h, tp_);  // the LM head's input gradient is Partial over the vocab
   Tensor& d_x = s.d_x;
-  reuse_f32(d_x, {N, C});
+  ensure_f32(d_x, {N, C});
   d_x.fill_zero();
   norm_backward(d_x.data<float>(), d_h.data<float>(), s.x_out.data<float>(), norm_w_, norm_b_, s.meanf.data<float>(),
                 s.rstdf.data<float>(), N);

@@ -47,10 +47,6 @@ void project(MatmulEngine& eng, Tensor& out, const Tensor& x, const LocalLinear&
 
 Tensor view2(float* p, int64_t rows, int64_t cols) { return Tensor::borrow(p, {rows, cols}, DType::kF32); }
 
-void ensure(Tensor& t, const Shape& s) {
-  if (t.shape() != s || t.dtype() != DType::kF32 || (t.numel() > 0 && !t.raw())) t = Tensor::empty(s, DType::kF32);
-}
-
 }  // namespace
 
 std::vector<Range> attention_o_ranges(const AttentionShape& s, int tp_size) {
@@ -156,11 +152,11 @@ void ParallelAttention::forward_train(MatmulEngine& eng, Tensor& out, const Tens
   const int64_t N = B * T, HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local();
   TP_CHECK(x.ndim() == 2 && x.dim(0) == N && x.dim(1) == shape_.hidden, "[ParallelAttention::forward_train] x ",
            x.describe(), ", expected ", shape_str({N, shape_.hidden}));
-  ensure(acts.q, {N, NHl * HS});
-  ensure(acts.k, {N, NKVl * HS});
-  ensure(acts.v, {N, NKVl * HS});
-  ensure(acts.att, {N, NHl * HS});
-  ensure(acts.lse, {B, NHl, T});
+  ensure_f32(acts.q, {N, NHl * HS});
+  ensure_f32(acts.k, {N, NKVl * HS});
+  ensure_f32(acts.v, {N, NKVl * HS});
+  ensure_f32(acts.att, {N, NHl * HS});
+  ensure_f32(acts.lse, {B, NHl, T});
   if (NHl > 0) {
     project(eng, acts.q, x, q_);
     project(eng, acts.k, x, k_);

@@ -1,6 +1,7 @@
 // Where a TP layer gets its weight shard: a callback that returns the slice [range) along one
 // dim of the full tensor, so a file-backed loader reads only this rank's bytes. slice_of() wraps
-// a full tensor already in memory (tests, small models). ensure_grad: the layers' lazy gradients.
+// a full tensor already in memory (tests, small models). ensure_grad / ensure_f32: the layers'
+// lazy gradients and the buffers they keep across steps.
 #pragma once
 
 #include <functional>
@@ -29,11 +30,21 @@ inline Tensor as_f32(const Tensor& t) {
   return t.dtype() == DType::kF32 && t.is_contiguous() ? t : t.to(DType::kF32);
 }
 
+// Whether t already is an allocated f32 tensor of `shape`.
+inline bool is_f32_of(const Tensor& t, const Shape& shape) {
+  return t.shape() == shape && t.dtype() == DType::kF32 && (t.numel() == 0 || t.raw());
+}
+
 // Allocates a zeroed f32 gradient of `shape` unless `grad` already is one (layers call it on
 // their first backward; later calls accumulate into it).
 inline void ensure_grad(Tensor& grad, const Shape& shape) {
-  if (grad.shape() != shape || grad.dtype() != DType::kF32 || (grad.numel() > 0 && !grad.raw()))
-    grad = Tensor::zeros(shape, DType::kF32);
+  if (!is_f32_of(grad, shape)) grad = Tensor::zeros(shape, DType::kF32);
+}
+
+// A buffer kept across training steps (saved activations, scratch): reallocated, uninitialised,
+// only when it is not an f32 tensor of `shape` already.
+inline void ensure_f32(Tensor& t, const Shape& shape) {
+  if (!is_f32_of(t, shape)) t = Tensor::empty(shape, DType::kF32);
 }
 
 }  // namespace tensorpar
