@@ -83,6 +83,7 @@ void run_train(TrainCliOptions& o) {
            "--model");
   TP_CHECK(!o.data.empty(), "[train] --data FILE|DIR is required");
   o.train.extra_state = {{"tokenizer", tok_path}, {"data", o.data}};
+  o.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
 
   LaunchConfig lc;
   lc.backend = backend_from_name(o.common.backend);
@@ -125,7 +126,6 @@ void run_train(TrainCliOptions& o) {
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
-    o.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
     Trainer trainer(*model, corpus, o.train);
     if (!o.resume.empty()) {
       const std::string note = trainer.resume(o.resume);

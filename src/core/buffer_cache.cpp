@@ -54,7 +54,10 @@ void* large_buffer_alloc(size_t n, bool* zeroed) {
       void* p = c.entries[i].p;
       c.entries.erase(c.entries.begin() + std::ptrdiff_t(i));
       c.bytes -= bytes;
-      if (kGuardCached) mprotect(p, bytes, PROT_READ | PROT_WRITE);
+      if (kGuardCached && mprotect(p, bytes, PROT_READ | PROT_WRITE) != 0) {
+        munmap(p, bytes);  // cannot be made usable again: take a fresh mapping instead
+        break;
+      }
       *zeroed = false;
       return p;
     }
@@ -69,26 +72,32 @@ void* large_buffer_alloc(size_t n, bool* zeroed) {
   return p;
 }
 
-void large_buffer_free(void* p, size_t n) {
+void large_buffer_free(void* p, size_t n) noexcept {
   const size_t bytes = page_round(n);
+  // Runs in a deleter: nothing here may throw. A buffer that cannot be cached (over the cap,
+  // bypassed, unguardable, or no memory for the list) is unmapped.
+  bool cached = false;
   std::vector<Cache::Entry> evicted;
-  {
+  try {
     Cache& c = cache();
     std::lock_guard<std::mutex> lock(c.mu);
-    if (bytes > kBufferCacheBytes || bypass_depth > 0) {
-      evicted.push_back({p, bytes});
-    } else {
-      if (kGuardCached) mprotect(p, bytes, PROT_NONE);
-      c.entries.push_back({p, bytes});
-      c.bytes += bytes;
-      size_t drop = 0;
-      while (c.bytes > kBufferCacheBytes) {
-        c.bytes -= c.entries[drop].bytes;
-        evicted.push_back(c.entries[drop++]);
+    if (bytes <= kBufferCacheBytes && bypass_depth == 0) {
+      c.entries.reserve(c.entries.size() + 1);  // the allocations first: a throw changes nothing
+      size_t drop = 0, total = c.bytes + bytes;
+      while (total > kBufferCacheBytes) total -= c.entries[drop++].bytes;  // the oldest go
+      evicted.reserve(drop);
+      if (!kGuardCached || mprotect(p, bytes, PROT_NONE) == 0) {
+        evicted.assign(c.entries.begin(), c.entries.begin() + std::ptrdiff_t(drop));
+        c.entries.erase(c.entries.begin(), c.entries.begin() + std::ptrdiff_t(drop));
+        c.entries.push_back({p, bytes});
+        c.bytes = total;
+        cached = true;
       }
-      c.entries.erase(c.entries.begin(), c.entries.begin() + std::ptrdiff_t(drop));
     }
+  } catch (...) {
+    // No memory for the list: the buffer is unmapped below instead.
   }
+  if (!cached) munmap(p, bytes);
   for (const Cache::Entry& e : evicted) munmap(e.p, e.bytes);  // outside the lock
 }
 

@@ -23,7 +23,7 @@ constexpr size_t kBufferCacheBytes = size_t(256) << 20;  // released mappings ke
 void* large_buffer_alloc(size_t n, bool* zeroed);
 // Gives back a buffer of large_buffer_alloc(n): cached (evicting the least recently released
 // beyond the cap) or unmapped.
-void large_buffer_free(void* p, size_t n);
+void large_buffer_free(void* p, size_t n) noexcept;
 // Unmaps every cached buffer.
 void release_cached_buffers();
 // Bytes held in the cache now.

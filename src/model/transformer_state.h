@@ -43,10 +43,7 @@ struct Transformer::TrainState {
   Tensor x_out, hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N, V_local), (N)
   Tensor d_logits, d_h, d_x;                    // backward scratch: (N, V_local), (N, C), (N, C)
   std::vector<int64_t> positions;
-  void invalidate() {
-    layers.clear();
-    recomputed = TrainLayerActs{};
-  }
+  void invalidate() { *this = TrainState{}; }
 };
 
 }  // namespace tensorpar

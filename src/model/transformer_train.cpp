@@ -103,9 +103,9 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
     TrainLayerActs& saved = s.layers[size_t(l)];
     Tensor& out = l + 1 < n_layers ? s.layers[size_t(l) + 1].x_in : s.x_out;
     ensure_f32(out, {N, C});
-    if (recomputes(l)) {
-      s.recomputed.x_in = saved.x_in;
-      saved = TrainLayerActs{};  // drops what an earlier step saved here
+    if (recomputes(l)) s.recomputed.x_in = saved.x_in;
+    if (recomputes(l) && with_grad) {
+      saved = TrainLayerActs{};  // drops what an earlier step saved here (an evaluation keeps it)
       saved.x_in = s.recomputed.x_in;
     }
     layer_forward_train(layers_[size_t(l)], recomputes(l) ? s.recomputed : saved, out, B, T, pos);

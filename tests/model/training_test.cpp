@@ -95,7 +95,8 @@ TEST(InitModel, SameAtEveryTpSize) {
   }
 }
 
-// One batch's loss and gathered gradients (two half-scaled micro-batches) with `compute`.
+// One batch's loss and gathered gradients (two half-scaled micro-batches, an evaluation between
+// them) with `compute`.
 struct GradRun {
   std::vector<float> losses;  // per rank
   Gathered grads;
@@ -111,8 +112,11 @@ GradRun grads_with(const std::string& dir, int tp, const TrainCompute& compute, 
     auto m = load_model(dir, world);
     m->set_train_compute(compute);
     m->zero_grad();
-    m->forward_backward(tokens, targets, 0.5f);
+    const float first = m->forward_backward(tokens, targets, 0.5f);
+    // An evaluation between micro-batches changes nothing: same loss, gradients still accumulate.
+    EXPECT_EQ(m->forward_loss(tokens, targets), first);
     r.losses[size_t(world.rank())] = m->forward_backward(tokens, targets, 0.5f);
+    EXPECT_EQ(r.losses[size_t(world.rank())], first);
     for (const ParamShard& p : m->parameters()) {
       gather_into(r.grads, mu, p, *p.grad);
       std::lock_guard<std::mutex> lock(mu);
