@@ -12,6 +12,7 @@
 #include "io/sharded_checkpoint.h"
 #include "model/load_model.h"
 #include "model/tokenizer_loader.h"
+#include "parallel/mesh.h"
 #include "train/hf_export.h"
 #include "train/trainer.h"
 
@@ -27,6 +28,7 @@ struct TrainCliOptions {
   int64_t max_data_tokens = 0;
   uint64_t init_seed = 1;
   bool bf16 = false;
+  int dp = 1;
 };
 
 ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
@@ -87,12 +89,17 @@ void run_train(TrainCliOptions& o) {
 
   LaunchConfig lc;
   lc.backend = backend_from_name(o.common.backend);
-  lc.n_ranks = o.common.tp;
+  lc.n_ranks = o.common.tp * o.dp;
   lc.threads_per_rank = o.common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(lc.backend != Backend::kMpi || o.common.tp == 1 || o.common.tp == world.size(),
-             "[train] --tp ", o.common.tp, " does not match the MPI world of ", world.size(),
-             " ranks");
+    // Under mpirun without --tp/--dp the whole world is one TP group.
+    const bool whole_world = lc.backend == Backend::kMpi && o.common.tp == 1 && o.dp == 1;
+    const int tp_size = whole_world ? world.size() : o.common.tp;
+    TP_CHECK(tp_size * o.dp == world.size(), "[train] --tp ", tp_size, " x --dp ", o.dp,
+             " does not match the MPI world of ", world.size(), " ranks");
+    // World rank = tp_rank + tp * dp_rank: a TP group is tp consecutive ranks.
+    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp});
+    Communicator& tp = mesh.tp();
     const bool lead = world.rank() == 0;
     // Rank 0 reads and tokenises the corpus; the others receive it.
     TokenCorpus corpus;
@@ -117,36 +124,34 @@ void run_train(TrainCliOptions& o) {
     if (!o.model.empty()) {
       LoadOptions lo;
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
-      model = load_model(o.model, world, lo);
+      model = load_model(o.model, tp, lo);
     } else if (!o.resume.empty()) {
       // Every parameter comes from the checkpoint; the config (any RoPE layout) is stored in it.
-      model = init_model(stored_model_config(resume_state, o.resume), world, o.init_seed);
+      model = init_model(stored_model_config(resume_state, o.resume), tp, o.init_seed);
     } else {
-      model = init_model(config_from_flags(o, vocab), world, o.init_seed);
+      model = init_model(config_from_flags(o, vocab), tp, o.init_seed);
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
-    Trainer trainer(*model, corpus, o.train);
+    Trainer trainer(*model, corpus, o.train, o.dp > 1 ? &mesh.dp() : nullptr);
     if (!o.resume.empty()) {
       const std::string note = trainer.resume(o.resume);
       if (lead && !note.empty()) std::fprintf(stderr, "[train] %s\n", note.c_str());
     }
 
-    // Parameters and the bytes of params + grads + AdamW moments on each rank.
+    // Parameters and the bytes of params + grads + AdamW moments on each rank of a TP group.
     int64_t mine[2] = {0, 0};
     for (const ParamShard& p : model->parameters()) {
       const int64_t n = p.value->numel();
-      mine[0] += p.shard_dim < 0 && world.rank() != 0
-                     ? 0
-                     : n / std::max(1, p.shard_dim < 0 ? 1 : p.copies);
+      mine[0] += p.shard_dim < 0 && tp.rank() != 0 ? 0 : n / std::max(1, p.shard_dim < 0 ? 1 : p.copies);
       mine[1] += n * 4 * (p.grad ? 4 : 1);
     }
-    std::vector<int64_t> all(size_t(2 * world.size()));
-    world.all_gather(mine, all.data(), 2, DType::kI64);
+    std::vector<int64_t> all(size_t(2 * tp.size()));
+    tp.all_gather(mine, all.data(), 2, DType::kI64);
     if (lead) {
       int64_t n_params = 0;
       std::string mem;
-      for (int r = 0; r < world.size(); ++r) {
+      for (int r = 0; r < tp.size(); ++r) {
         n_params += all[size_t(2 * r)];
         char b[32];
         std::snprintf(b, sizeof(b), "%s%.1f", r ? " / " : "",
@@ -154,9 +159,9 @@ void run_train(TrainCliOptions& o) {
         mem += b;
       }
       std::fprintf(stderr,
-                   "[train] %s, %.2fM parameters, tp %d; params+grads+AdamW per rank: %s MiB; "
-                   "matmuls %s; recomputed layers %lld; from step %lld\n",
-                   model->config().summary().c_str(), double(n_params) / 1e6, world.size(),
+                   "[train] %s, %.2fM parameters, tp %d, dp %d; params+grads+AdamW per rank: %s "
+                   "MiB; matmuls %s; recomputed layers %lld; from step %lld\n",
+                   model->config().summary().c_str(), double(n_params) / 1e6, tp.size(), o.dp,
                    mem.c_str(), o.bf16 ? "bf16" : "f32",
                    (long long)std::min(o.train.compute.recompute_layers, model->config().n_layers),
                    (long long)trainer.step());
@@ -215,6 +220,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", o->train.adam.weight_decay, "AdamW decoupled weight decay");
   cmd->add_option("--clip", o->train.clip, "Max global gradient norm (0 = off)")
       ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--dp", o->dp,
+                  "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp "
+                  "ranks): micro-batches split over them, gradients summed")
+      ->check(CLI::Range(1, 1024));
   cmd->add_flag("--bf16", o->bf16,
                "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, "
                "AdamW state, norms, attention and the loss in f32");

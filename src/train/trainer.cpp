@@ -1,6 +1,7 @@
 // Trainer: accumulate, clip, step, evaluate, checkpoint.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -13,11 +14,12 @@ namespace {
 constexpr uint64_t kTrainStream = 0, kValStream = 1;
 }
 
-Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt)
-    : model_(model), corpus_(corpus), o_(opt), opt_(opt.adam) {
-  if (o_.micro_batch <= 0) o_.micro_batch = o_.batch;
-  TP_CHECK(o_.batch >= 1 && o_.batch % o_.micro_batch == 0, "[Trainer] batch ", o_.batch,
-           " is not a multiple of micro_batch ", o_.micro_batch);
+Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp)
+    : model_(model), corpus_(corpus), o_(opt), dp_(dp), opt_(opt.adam) {
+  if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
+  if (o_.micro_batch <= 0) o_.micro_batch = std::max<int64_t>(1, o_.batch / dp_size_);
+  TP_CHECK(o_.batch >= 1 && o_.batch % (o_.micro_batch * dp_size_) == 0, "[Trainer] batch ", o_.batch,
+           " is not a multiple of micro_batch ", o_.micro_batch, " x dp ", dp_size_);
   TP_CHECK(o_.seq >= 1 && o_.seq <= model.config().max_position, "[Trainer] seq ", o_.seq,
            ", expected in [1, max_position = ", model.config().max_position, "]");
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
@@ -55,16 +57,17 @@ std::string Trainer::resume(const std::string& path) {
 
 StepLog Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int64_t n_micro = o_.batch / o_.micro_batch;
+  const int64_t n_micro = o_.batch / o_.micro_batch;  // over the DP group
   model_.zero_grad();
   double loss = 0;
   Tensor x, y;
-  for (int64_t m = 0; m < n_micro; ++m) {
+  for (int64_t m = dp_rank_; m < n_micro; m += dp_size_) {
     sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
                    uint64_t(step_ * n_micro + m));
     loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
   }
   std::vector<ParamShard> params = model_.parameters();
+  if (dp_size_ > 1) reduce_over_dp(params, loss);
   StepLog log;
   log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip);
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
@@ -77,19 +80,34 @@ StepLog Trainer::train_step() {
   return log;
 }
 
+void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
+  for (ParamShard& p : params)
+    if (p.grad && p.grad->numel() > 0)
+      dp_->all_reduce(p.grad->raw(), p.grad->raw(), p.grad->numel(), DType::kF32, ReduceOp::kSum);
+  float l = float(loss);
+  dp_->all_reduce(&l, &l, 1, DType::kF32, ReduceOp::kSum);
+  loss = l;
+}
+
 float Trainer::evaluate() {
   if (corpus_.val.size() <= size_t(o_.seq + 1)) return NAN;
   double sum = 0;
   Tensor x, y;
-  for (int64_t i = 0; i < o_.eval_batches; ++i) {
+  for (int64_t i = dp_rank_; i < o_.eval_batches; i += dp_size_) {
     sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i));
     sum += model_.forward_loss(x, y);
+  }
+  if (dp_size_ > 1) {
+    float f = float(sum);
+    dp_->all_reduce(&f, &f, 1, DType::kF32, ReduceOp::kSum);
+    sum = f;
   }
   return float(sum / double(std::max<int64_t>(1, o_.eval_batches)));
 }
 
 void Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
+  if (dp_rank_ != 0) return;  // every DP replica holds the same parameters and moments
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
   store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;

@@ -1,7 +1,10 @@
-// The training loop of one TP group: micro-batch gradient accumulation, global-norm clipping,
-// AdamW with warmup + cosine LR, periodic validation and sharded checkpoints, exact resume.
-// Every rank runs it (SPMD) on the same corpus; batches are drawn from (seed, step, micro-batch).
-// Data parallelism is not used here: one TP group sees every batch.
+// The training loop: micro-batch gradient accumulation, global-norm clipping, AdamW with
+// warmup + cosine LR, periodic validation and sharded checkpoints, exact resume. Every rank runs
+// it (SPMD) on the same corpus; batches are drawn from (seed, step, micro-batch). With a data-
+// parallel group (dp, ranks holding the same TP shard), DP rank r runs micro-batches r, r + dp,
+// ... of each step and the gradients are summed over dp before clipping, so every replica takes
+// the same optimizer step as one TP group running all micro-batches (up to summation order);
+// DP rank 0's TP group writes the checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +22,9 @@ namespace tensorpar {
 
 struct TrainOptions {
   int64_t steps = 100;      // total optimizer steps (the run ends at this step)
-  int64_t batch = 8;        // sequences per optimizer step
-  int64_t micro_batch = 0;  // sequences per forward/backward (0: = batch); must divide batch
+  int64_t batch = 8;        // sequences per optimizer step (over all DP ranks)
+  int64_t micro_batch = 0;  // sequences per forward/backward (0: = batch / dp); micro_batch x dp
+                            // must divide batch
   int64_t seq = 128;        // tokens per sequence
   float lr = 1e-3f, min_lr = 0.0f;
   int64_t warmup = 0;
@@ -47,7 +51,8 @@ struct StepLog {
 
 class Trainer {
  public:
-  Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt);
+  // dp: the data-parallel group of this rank (null: no data parallelism); outlives the trainer.
+  Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp = nullptr);
 
   // Loads parameters, moments and the step from a checkpoint (any TP size). Collective. The
   // learning rate follows this run's options (--steps sets the cosine's length, so resuming with
@@ -65,9 +70,14 @@ class Trainer {
   AdamW& optimizer() { return opt_; }
 
  private:
+  // Sums every gradient (and `loss`) over the DP group.
+  void reduce_over_dp(std::vector<ParamShard>& params, double& loss);
+
   CausalLM& model_;
   const TokenCorpus& corpus_;
   TrainOptions o_;
+  Communicator* dp_;
+  int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
   int64_t step_ = 0;
 };

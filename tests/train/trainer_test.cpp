@@ -8,7 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unistd.h>
+#include <mutex>
+#include <filesystem>
 
+#include "parallel/mesh.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train_test_util.h"
 
@@ -66,6 +70,93 @@ TEST(Trainer, ShortRealRunLossFalls) {
     EXPECT_EQ(all[2][i].loss, all[1][i].loss) << "step " << i + 1 << ": recomputation changed the loss";
     EXPECT_NEAR(all[3][i].loss, all[1][i].loss, 0.1) << "step " << i + 1 << ": bf16 vs f32";
   }
+}
+
+// Data parallelism: dp replicas of a TP group split each step's micro-batches and sum their
+// gradients, so tp x dp 2 takes the steps of tp x dp 1 (same losses, gradient norms, validation
+// loss and parameters up to summation order: 1e-5; across TP sizes AdamW's normalisation
+// amplifies the last-bit differences of near-zero gradients, so each dp 2 run is compared with
+// its own tp), every DP replica holds bitwise the same parameters, and only DP rank 0 writes the
+// checkpoint, which resumes at tp 1 x dp 1.
+TEST(Trainer, DataParallelMatchesOneTpGroup) {
+  const Tokenizer tok = Tokenizer::from_json_file(std::string(TP_FIXTURES_DIR) +
+                                                  "/tokenizer/gpt2_trained.tokenizer.json");
+  const TokenCorpus corpus =
+      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, tok, 0.1, 16);
+  ModelConfig c = tiny_llama(tok.vocab_size());
+  c.tie_embeddings = true;
+  TrainOptions o;
+  o.steps = 5;
+  o.batch = 8;
+  o.micro_batch = 2;
+  o.seq = 16;
+  o.lr = 1e-2f;
+  o.warmup = 1;
+  o.eval_every = 5;
+  o.eval_batches = 3;  // not a multiple of dp: rank 0 takes two, rank 1 one
+  struct Run {
+    std::vector<StepLog> logs;
+    Gathered params;
+  };
+  auto run = [&](int tp, int dp, const std::string& out) {
+    Run r;
+    std::mutex mu;
+    std::vector<Gathered> replicas(static_cast<size_t>(dp));
+    TrainOptions ro = o;
+    ro.out_dir = out;
+    run_model_ranks(tp * dp, [&](Communicator& world) {
+      DeviceMesh mesh(world, {.tp = tp, .dp = dp});
+      auto m = init_model(c, mesh.tp(), 21);
+      Trainer t(*m, corpus, ro, dp > 1 ? &mesh.dp() : nullptr);
+      t.run([&](const StepLog& l) {
+        if (world.rank() == 0) r.logs.push_back(l);
+      });
+      for (const ParamShard& p : m->parameters()) gather_into(replicas[size_t(mesh.dp_rank())], mu, p, *p.value);
+    });
+    for (int d = 1; d < dp; ++d)
+      for (const auto& [name, v] : replicas[0]) EXPECT_EQ(replicas[size_t(d)].at(name), v) << name << " dp " << d;
+    r.params = replicas[0];
+    return r;
+  };
+  const std::string root = ::testing::TempDir() + "tp_dp_ckpt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  Run base;
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp) + " dp 2 vs dp 1");
+    base = run(tp, 1, "");
+    ASSERT_EQ(base.logs.size(), 5u);
+    const Run r = run(tp, 2, tp == 2 ? root : "");
+    ASSERT_EQ(r.logs.size(), base.logs.size());
+    for (size_t i = 0; i < r.logs.size(); ++i) {
+      EXPECT_NEAR(r.logs[i].loss, base.logs[i].loss, 1e-5 * std::fabs(base.logs[i].loss)) << "step " << i + 1;
+      EXPECT_NEAR(r.logs[i].grad_norm, base.logs[i].grad_norm, 1e-5 * base.logs[i].grad_norm) << "step " << i + 1;
+    }
+    ASSERT_TRUE(r.logs.back().val_loss.has_value());
+    EXPECT_NEAR(*r.logs.back().val_loss, *base.logs.back().val_loss, 1e-5 * *base.logs.back().val_loss);
+    for (const auto& [name, v] : base.params) EXPECT_LE(norm_ratio(r.params.at(name), v), 1e-5) << name;
+  }
+  // The tp 2 x dp 2 run's checkpoint (one TP group's shards) resumes at tp 1 x dp 1.
+  ASSERT_TRUE(std::filesystem::exists(root + "/latest"));
+  run_model_ranks(1, [&](Communicator& world) {
+    auto m = init_model(c, world, 99);
+    Trainer t(*m, corpus, o);
+    t.resume(root);
+    EXPECT_EQ(t.step(), 5);
+    Gathered got;
+    std::mutex mu;
+    for (const ParamShard& p : m->parameters()) gather_into(got, mu, p, *p.value);
+    for (const auto& [name, v] : base.params) EXPECT_LE(norm_ratio(got.at(name), v), 1e-5) << name;
+  });
+  std::filesystem::remove_all(root);
+  // A batch that does not split over the replicas is refused.
+  run_model_ranks(2, [&](Communicator& world) {
+    DeviceMesh mesh(world, {.tp = 1, .dp = 2});
+    auto m = init_model(c, mesh.tp(), 21);
+    TrainOptions bad = o;
+    bad.batch = 6;
+    bad.micro_batch = 2;
+    EXPECT_THROW(Trainer(*m, corpus, bad, &mesh.dp()), Error);
+  });
 }
 
 TEST(Data, WindowsAreDeterministicAndShifted) {
