@@ -29,6 +29,7 @@ struct TrainCliOptions {
   uint64_t init_seed = 1;
   bool bf16 = false;
   int dp = 1;
+  bool seq_given = false;  // --seq on the command line
 };
 
 ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
@@ -133,7 +134,10 @@ void run_train(TrainCliOptions& o) {
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
-    Trainer trainer(*model, corpus, o.train, o.dp > 1 ? &mesh.dp() : nullptr);
+    TrainOptions topt = o.train;
+    // Without --seq, a loaded or resumed model with fewer positions trains at its own length.
+    if (!o.seq_given) topt.seq = std::min(topt.seq, model->config().max_position);
+    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr);
     if (!o.resume.empty()) {
       const std::string note = trainer.resume(o.resume);
       if (lead && !note.empty()) std::fprintf(stderr, "[train] %s\n", note.c_str());
@@ -194,8 +198,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--ffn", o->ffn,
                   "New model: MLP size (default llama 8/3 C rounded to 64, gpt2 4 C)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--seq", o->train.seq, "Tokens per sequence (also a new model's max positions)")
-      ->check(CLI::Range(1, 1 << 20));
+  CLI::Option* seq = cmd->add_option("--seq", o->train.seq,
+                                     "Tokens per sequence (also a new model's max positions; default 128, "
+                                     "at most a loaded model's positions)")
+                         ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--vocab-from", o->vocab_from,
                   "Tokenizer: HF directory, GGUF file or tokenizer.json");
   cmd->add_option("--data", o->data,
@@ -243,7 +249,10 @@ void add_train_command(CLI::App& app) {
                   "Steps between checkpoints (0 = only at the end)");
   cmd->add_option("--resume", o->resume,
                   "Resume from this checkpoint (a step-N dir or a root with latest), any --tp");
-  cmd->callback([o] { run_train(*o); });
+  cmd->callback([o, seq] {
+    o->seq_given = seq->count() > 0;
+    run_train(*o);
+  });
 }
 
 }  // namespace tensorpar::cli
