@@ -3,7 +3,7 @@
 tensorpar at tp 1 (2 threads) and tp 2 (1 thread per rank), in f32 and with --bf16 (bf16 matmuls,
 f32 master weights), side by side with PyTorch (CPU, transformers' LlamaForCausalLM, same config,
 batch, sequence length, AdamW, 2 threads) in f32 and under torch.autocast(cpu, bfloat16), doing
-the same number of steps. Then activation recomputation: tp 2 without and with
+the same number of steps; and data parallelism instead, tp 1 x --dp 2 (1 thread each). Then activation recomputation: tp 2 without and with
 --recompute-layers (every layer), tokens/s and the process's peak RSS. Reports median tokens/s
 over the steps after warm-up, the ratios, and tensorpar's params+grads+AdamW memory per rank.
 Rounds alternate engines (the machine is shared and noisy: compare ratios within a round).
@@ -102,9 +102,11 @@ def main():
         tp2 = tensorpar_run(a, 2, 1)
         tp1b = tensorpar_run(a, 1, 2, ["--bf16"])
         tp2b = tensorpar_run(a, 2, 1, ["--bf16"])
+        dp2 = tensorpar_run(a, 1, 1, ["--dp", "2"])
         pt = torch_run(a, tp1["vocab"], 2)
         ptb = torch_run(a, tp1["vocab"], 2, bf16=True)
-        row = {"round": r, "tp1": tp1, "tp2": tp2, "tp1_bf16": tp1b, "tp2_bf16": tp2b, "torch": pt, "torch_bf16": ptb,
+        row = {"round": r, "tp1": tp1, "tp2": tp2, "tp1_bf16": tp1b, "tp2_bf16": tp2b, "tp1_dp2": dp2, "torch": pt,
+               "torch_bf16": ptb,
                "tp1_vs_torch": tp1["tokens_per_s"] / pt["tokens_per_s"],
                "tp2_vs_tp1": tp2["tokens_per_s"] / tp1["tokens_per_s"],
                "tp1_bf16_vs_torch_bf16": tp1b["tokens_per_s"] / ptb["tokens_per_s"],
@@ -114,7 +116,8 @@ def main():
               f"PyTorch {pt['tokens_per_s']:.0f} | tp1/torch {row['tp1_vs_torch']:.2f}x | tp2/tp1 {row['tp2_vs_tp1']:.2f}x"
               f" || bf16: tp1x2 {tp1b['tokens_per_s']:.0f} | tp2x1 {tp2b['tokens_per_s']:.0f} | PyTorch autocast "
               f"{ptb['tokens_per_s']:.0f} | tp1/torch {row['tp1_bf16_vs_torch_bf16']:.2f}x | "
-              f"tp2/tp1 {row['tp2_bf16_vs_tp1_bf16']:.2f}x || params {tp1['params_m']:.2f}M (torch {pt['params_m']:.2f}M) "
+              f"tp2/tp1 {row['tp2_bf16_vs_tp1_bf16']:.2f}x || f32 tp1 x dp2 (1 thread each) {dp2['tokens_per_s']:.0f} "
+              f"({dp2['tokens_per_s'] / tp1['tokens_per_s']:.2f}x tp1) || params {tp1['params_m']:.2f}M (torch {pt['params_m']:.2f}M) "
               f"| MiB/rank tp1 {tp1['mem_mib_per_rank']} tp2 {tp2['mem_mib_per_rank']}", flush=True)
     recompute = []
     for r in range(a.rounds):
