@@ -250,7 +250,7 @@ TEST_P(ModelMpi, ThreeAdamWStepsGivePyTorchLossesAndParameters) {
 }
 
 // Data parallelism across processes: the world as dp replicas of tp 1 (one rank per process)
-// trains a fresh tiny model for 3 steps with the same losses and gradient norms (1e-5) as one
+// trains a fresh tiny model for 3 steps with the same losses and gradient norms as one
 // rank doing every micro-batch (a threads run inside each process), and every replica ends with
 // bitwise the same parameters.
 TEST(TrainerMpi, DataParallelMatchesOneRank) {
@@ -275,9 +275,12 @@ TEST(TrainerMpi, DataParallelMatchesOneRank) {
     auto m = init_model(c, mesh.tp(), 5);
     Trainer(*m, corpus, o, &mesh.dp()).run([&](const StepLog& l) { got.push_back(l); });
     ASSERT_EQ(got.size(), want.size());
+    // Step 1 differs only by summation order; later steps also inherit AdamW's sign-sensitive
+    // updates of near-zero gradient elements (see Trainer.DataParallelMatchesOneTpGroup).
     for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i].loss, want[i].loss, 1e-5 * std::fabs(want[i].loss)) << "step " << i + 1;
-      EXPECT_NEAR(got[i].grad_norm, want[i].grad_norm, 1e-5 * want[i].grad_norm) << "step " << i + 1;
+      const double tol = i == 0 ? 1e-5 : 1e-4;
+      EXPECT_NEAR(got[i].loss, want[i].loss, tol * std::fabs(want[i].loss)) << "step " << i + 1;
+      EXPECT_NEAR(got[i].grad_norm, want[i].grad_norm, tol * want[i].grad_norm) << "step " << i + 1;
     }
     // Replicas agree bit for bit: rank 0's parameters broadcast and compared on every rank.
     for (const ParamShard& p : m->parameters()) {
