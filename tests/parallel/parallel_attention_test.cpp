@@ -77,21 +77,6 @@ double loss_of(const std::vector<double>& x, const Weights& w, const std::vector
   return s;
 }
 
-// Central difference of the reference loss w.r.t. every element of `p`.
-std::vector<float> numeric_grad(std::vector<double>& p, const std::function<double()>& loss) {
-  std::vector<float> g(p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double keep = p[i], e = 1e-5;
-    p[i] = keep + e;
-    const double lp = loss();
-    p[i] = keep - e;
-    const double lm = loss();
-    p[i] = keep;
-    g[i] = float((lp - lm) / (2 * e));
-  }
-  return g;
-}
-
 std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 std::vector<float> as_float(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 

@@ -44,20 +44,6 @@ std::vector<double> reference(const std::vector<double>& x, const MlpWeights& w,
   return y;
 }
 
-std::vector<float> numeric_grad(std::vector<double>& p, const std::function<double()>& loss) {
-  std::vector<float> g(p.size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    const double keep = p[i], e = 1e-5;
-    p[i] = keep + e;
-    const double lp = loss();
-    p[i] = keep - e;
-    const double lm = loss();
-    p[i] = keep;
-    g[i] = float((lp - lm) / (2 * e));
-  }
-  return g;
-}
-
 TEST(ParallelMlp, ForwardAndBackwardMatchReference) {
   TP_SEED_TRACE();
   for (MlpKind kind : {MlpKind::kSwiGlu, MlpKind::kGeluTanh}) {

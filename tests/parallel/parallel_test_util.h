@@ -1,6 +1,7 @@
 // Helpers for the TP tests: run a function on n thread ranks (one compute thread each, a short
 // comm timeout so a bug fails instead of hanging), shard/unshard plain row-major vectors, and
-// compare with a relative tolerance. Rank functions store results; the main thread checks them.
+// compare with a relative tolerance, central-difference gradients. Rank functions store results;
+// the main thread checks them.
 #pragma once
 
 #include <functional>
@@ -12,6 +13,22 @@
 #include "test_util.h"
 
 namespace tensorpar::testing {
+
+// Central difference (double) of `loss` w.r.t. every element of `p`, which the loss reads by
+// reference (each element is nudged in place and restored).
+inline std::vector<float> numeric_grad(std::vector<double>& p, const std::function<double()>& loss) {
+  std::vector<float> g(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double keep = p[i], e = 1e-5;
+    p[i] = keep + e;
+    const double lp = loss();
+    p[i] = keep - e;
+    const double lm = loss();
+    p[i] = keep;
+    g[i] = float((lp - lm) / (2 * e));
+  }
+  return g;
+}
 
 inline void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
   LaunchConfig cfg;
