@@ -19,14 +19,25 @@
 namespace tensorpar::testing {
 namespace {
 
-TEST(Trainer, ShortRealRunLossFalls) {
-  const Tokenizer tok = Tokenizer::from_json_file(std::string(TP_FIXTURES_DIR) +
-                                                  "/tokenizer/gpt2_trained.tokenizer.json");
-  const TokenCorpus corpus =
-      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, tok, 0.1, 32);
-  ASSERT_GT(corpus.train.size(), 1000u);
-  ModelConfig c = tiny_llama(tok.vocab_size());
+const std::string kTokenizer = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+
+// Real text: the fixtures' README tokenised with the fixtures' trained byte-level BPE.
+TokenCorpus readme_corpus(int64_t seq) {
+  return tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
+                         seq);
+}
+
+// tiny_llama over that tokenizer's vocabulary, embeddings tied.
+ModelConfig tied_tiny_llama() {
+  ModelConfig c = tiny_llama(Tokenizer::from_json_file(kTokenizer).vocab_size());
   c.tie_embeddings = true;
+  return c;
+}
+
+TEST(Trainer, ShortRealRunLossFalls) {
+  const TokenCorpus corpus = readme_corpus(32);
+  ASSERT_GT(corpus.train.size(), 1000u);
+  const ModelConfig c = tied_tiny_llama();
   TrainOptions o;
   o.steps = 40;
   o.batch = 8;
@@ -78,12 +89,8 @@ TEST(Trainer, ShortRealRunLossFalls) {
 // DP replica holds bitwise the same parameters, and only DP rank 0 writes the checkpoint, which
 // resumes at tp 1 x dp 1.
 TEST(Trainer, DataParallelMatchesOneTpGroup) {
-  const Tokenizer tok = Tokenizer::from_json_file(std::string(TP_FIXTURES_DIR) +
-                                                  "/tokenizer/gpt2_trained.tokenizer.json");
-  const TokenCorpus corpus =
-      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, tok, 0.1, 16);
-  ModelConfig c = tiny_llama(tok.vocab_size());
-  c.tie_embeddings = true;
+  const TokenCorpus corpus = readme_corpus(16);
+  const ModelConfig c = tied_tiny_llama();
   TrainOptions o;
   o.steps = 5;
   o.batch = 8;
