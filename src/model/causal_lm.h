@@ -16,14 +16,52 @@
 
 namespace tensorpar {
 
-// Keys and values of one sequence for this rank's KV heads, every layer.
+// This rank's keys and values in fixed-size blocks, every layer: k(l), v(l) are (n_blocks,
+// block_size, NKV_local, HS) f32. Which blocks belong to which sequence is the caller's business
+// (a block table per sequence): one sequence (KvCache below) or many (the serving engine).
+class KvPool {
+ public:
+  KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_local, int64_t head_dim);
+  int64_t n_blocks() const { return n_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  float* k(int64_t layer) { return k_[size_t(layer)].data<float>(); }
+  float* v(int64_t layer) { return v_[size_t(layer)].data<float>(); }
+  int64_t bytes() const;
+
+ private:
+  int64_t n_blocks_ = 0, block_size_ = 0;
+  std::vector<Tensor> k_, v_;
+};
+
+// Which logits rows a sequence of a batched forward wants.
+enum class LogitRows : uint8_t { kNone, kLast, kAll };
+
+// One sequence's part of a batched forward: `tokens` at positions [pos0, pos0 + T), keys and
+// values read from and written to the pool blocks `blocks` (block i holds positions
+// [i*block_size, (i+1)*block_size); they must cover [0, pos0 + T)).
+struct SeqChunk {
+  std::span<const int32_t> tokens;
+  int64_t pos0 = 0;
+  std::span<const int32_t> blocks;
+  LogitRows logits = LogitRows::kLast;
+};
+
+// Keys and values of one sequence: a pool of its own with blocks 0, 1, ... in order.
 class KvCache {
  public:
-  virtual ~KvCache() = default;
-  virtual int64_t length() const = 0;    // tokens stored (the next token's position)
-  virtual int64_t capacity() const = 0;  // tokens it can hold
-  virtual void truncate(int64_t length) = 0;  // forget tokens [length, ...); length <= length()
-  virtual int64_t bytes() const = 0;     // memory held on this rank
+  KvCache(std::unique_ptr<KvPool> pool, int64_t capacity);
+  int64_t length() const { return length_; }      // tokens stored (the next token's position)
+  int64_t capacity() const { return capacity_; }   // tokens it can hold
+  void truncate(int64_t length);                   // forget tokens [length, ...); length <= length()
+  int64_t bytes() const { return pool_->bytes(); } // memory held on this rank
+  KvPool& pool() { return *pool_; }
+  std::span<const int32_t> blocks() const { return blocks_; }
+  void set_length(int64_t n) { length_ = n; }
+
+ private:
+  std::unique_ptr<KvPool> pool_;
+  std::vector<int32_t> blocks_;
+  int64_t capacity_ = 0, length_ = 0;
 };
 
 // A parameter shard as a trainer and a checkpoint see it.
@@ -59,13 +97,25 @@ class CausalLM {
   virtual Communicator& tp() = 0;
   // Vocab columns [begin, end) of this rank's logits; they tile [0, V) over the TP group.
   virtual Range vocab_range() const = 0;
+  // A KV pool of n_blocks blocks of block_size tokens on this rank (every rank of the group
+  // must make the same n_blocks and block_size).
+  virtual std::unique_ptr<KvPool> make_kv_pool(int64_t n_blocks, int64_t block_size) const = 0;
+  // Bytes a pool holds per token on this rank (sizing a pool from a memory budget).
+  virtual int64_t kv_bytes_per_token() const = 0;
+  // The inference forward, for one sequence or many at once: every sequence's tokens run at
+  // their own positions (rows of all sequences share each projection, norm and all-reduce;
+  // attention reads each sequence's own blocks) and their keys/values are written to the pool.
+  // logits_local: (R, V_local) f32, R = the logits rows the chunks ask for, in chunk order.
+  // Row-invariant: a sequence's logits are bitwise the same whatever other chunks share the
+  // call. Collective over tp(): every rank passes the same chunks.
+  virtual void forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) = 0;
+
   // An empty cache for up to max_tokens tokens of one sequence.
-  virtual std::unique_ptr<KvCache> make_cache(int64_t max_tokens) const = 0;
-  // Runs tokens (T) at positions [cache.length(), cache.length() + T) and appends them to the
+  std::unique_ptr<KvCache> make_cache(int64_t max_tokens) const;
+  // One sequence: tokens (T) at positions [cache.length(), cache.length() + T), appended to the
   // cache. logits_local: (T, V_local) f32, or (1, V_local) for the last token only when
-  // last_only. Collective over tp(): every rank calls it with the same tokens.
-  virtual void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache,
-                       bool last_only) = 0;
+  // last_only. Collective over tp().
+  void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache, bool last_only);
 
   // Training. tokens and targets (B, T) i64 (targets may hold -100: ignored). Runs forward and
   // backward, ACCUMULATING gradients scaled by loss_scale (e.g. 1 / micro-batches); returns the

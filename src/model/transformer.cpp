@@ -13,31 +13,6 @@
 
 namespace tensorpar {
 
-// ---- KV cache ----
-
-TransformerKvCache::TransformerKvCache(int64_t n_layers, int64_t capacity, int64_t kv_local, int64_t head_dim)
-    : capacity_(capacity) {
-  TP_CHECK(capacity >= 1, "[make_cache] max_tokens: got ", capacity, ", expected >= 1");
-  for (int64_t l = 0; l < n_layers; ++l) {
-    // At least one float so a rank without kv heads still has valid pointers.
-    const int64_t n = std::max<int64_t>(1, capacity * kv_local * head_dim);
-    k_.push_back(Tensor::zeros({n}, DType::kF32));
-    v_.push_back(Tensor::zeros({n}, DType::kF32));
-  }
-}
-
-void TransformerKvCache::truncate(int64_t length) {
-  TP_CHECK(length >= 0 && length <= length_, "[KvCache::truncate] length: got ", length, ", expected in [0, ",
-           length_, "]");
-  length_ = length;
-}
-
-int64_t TransformerKvCache::bytes() const {
-  int64_t n = 0;
-  for (size_t i = 0; i < k_.size(); ++i) n += k_[i].nbytes() + v_[i].nbytes();
-  return n;
-}
-
 // ---- construction ----
 
 Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align)
@@ -96,11 +71,17 @@ Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t qu
 
 Transformer::~Transformer() = default;
 
-std::unique_ptr<KvCache> Transformer::make_cache(int64_t max_tokens) const {
-  TP_CHECK(config_.family != ArchFamily::kGpt2 || max_tokens <= config_.max_position, "[make_cache] max_tokens ",
-           max_tokens, " exceeds the model's ", config_.max_position, " learned positions");
+std::unique_ptr<KvPool> Transformer::make_kv_pool(int64_t n_blocks, int64_t block_size) const {
+  TP_CHECK(config_.family != ArchFamily::kGpt2 || n_blocks * block_size <= config_.max_position + block_size,
+           "[make_kv_pool] ", n_blocks * block_size, " tokens exceed the model's ", config_.max_position,
+           " learned positions");
   const int64_t kv = layers_.empty() ? 0 : layers_[0].attn->kv_local();
-  return std::make_unique<TransformerKvCache>(config_.n_layers, max_tokens, kv, config_.head_dim);
+  return std::make_unique<KvPool>(config_.n_layers, n_blocks, block_size, kv, config_.head_dim);
+}
+
+int64_t Transformer::kv_bytes_per_token() const {
+  const int64_t kv = layers_.empty() ? 0 : layers_[0].attn->kv_local();
+  return 2 * config_.n_layers * kv * config_.head_dim * int64_t(sizeof(float));
 }
 
 int64_t Transformer::weight_bytes() const {
@@ -172,47 +153,80 @@ void Transformer::norm_forward(float* out, float* mean, float* rstd, const float
 
 // ---- inference ----
 
-void Transformer::forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache_base,
-                          bool last_only) {
-  auto* cache = dynamic_cast<TransformerKvCache*>(&cache_base);
-  TP_CHECK(cache != nullptr, "[Transformer::forward] the cache was not made by this model's make_cache");
-  const int64_t T = int64_t(tokens.size()), C = config_.hidden, pos0 = cache->length();
-  TP_CHECK(T >= 1, "[Transformer::forward] no tokens");
-  TP_CHECK(pos0 + T <= cache->capacity(), "[Transformer::forward] ", T, " tokens at position ", pos0,
-           " overflow the cache of ", cache->capacity(), " tokens");
-  const int64_t rows = last_only ? 1 : T;
-  TP_CHECK(logits_local.shape() == (Shape{rows, vocab_range_.size()}) && logits_local.dtype() == DType::kF32,
-           "[Transformer::forward] logits_local: got ", logits_local.describe(), ", expected f32",
-           shape_str({rows, vocab_range_.size()}), " (rank ", tp_.rank(), ")");
+void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) {
+  const int64_t C = config_.hidden, bs = pool.block_size();
   Workspace& ws = *ws_;
-  const int64_t NHl = layers_[0].attn->q_local();
-  ws.reserve(T, C, NHl * config_.head_dim);
-  for (int64_t t = 0; t < T; ++t) {
-    ws.ids[size_t(t)] = tokens[size_t(t)];
-    ws.positions[size_t(t)] = pos0 + t;
+  // Rows: every chunk's tokens, in order; logits rows: the last (or every) row of a chunk.
+  int64_t N = 0, R = 0;
+  for (const SeqChunk& c : seqs) {
+    const int64_t T = int64_t(c.tokens.size());
+    TP_CHECK(T >= 1, "[Transformer::forward_batch] a chunk without tokens");
+    TP_CHECK(c.pos0 >= 0 && int64_t(c.blocks.size()) * bs >= c.pos0 + T, "[Transformer::forward_batch] ", T,
+             " tokens at position ", c.pos0, " need ", (c.pos0 + T + bs - 1) / bs, " blocks of ", bs,
+             ", the chunk has ", c.blocks.size());
+    for (int32_t b : c.blocks)
+      TP_CHECK(b >= 0 && b < pool.n_blocks(), "[Transformer::forward_batch] block ", b, " outside the pool of ",
+               pool.n_blocks());
+    N += T;
+    R += c.logits == LogitRows::kAll ? T : c.logits == LogitRows::kLast ? 1 : 0;
   }
-  Tensor x = ws.x.slice(0, 0, T), h = ws.h.slice(0, 0, T), a = ws.a.slice(0, 0, T);
-  embed(x, ws.ids.data(), ws.positions.data(), T);
+  TP_CHECK(N >= 1, "[Transformer::forward_batch] no tokens");
+  TP_CHECK(logits_local.shape() == (Shape{R, vocab_range_.size()}) && logits_local.dtype() == DType::kF32,
+           "[Transformer::forward_batch] logits_local: got ", logits_local.describe(), ", expected f32",
+           shape_str({R, vocab_range_.size()}), " (rank ", tp_.rank(), ")");
+  const int64_t NHl = layers_[0].attn->q_local(), NKVl = layers_[0].attn->kv_local();
+  ws.reserve(N, C, NHl * config_.head_dim, NKVl * config_.head_dim);
+  ws.seqs.clear();
+  ws.logit_rows.clear();
+  int64_t row = 0;
+  for (const SeqChunk& c : seqs) {
+    const int64_t T = int64_t(c.tokens.size());
+    for (int64_t t = 0; t < T; ++t) {
+      ws.ids[size_t(row + t)] = c.tokens[size_t(t)];
+      ws.positions[size_t(row + t)] = c.pos0 + t;
+    }
+    PagedSeq p;
+    p.row_begin = row, p.T = T, p.pos0 = c.pos0, p.blocks = c.blocks.data(), p.n_blocks = int64_t(c.blocks.size());
+    ws.seqs.push_back(p);
+    if (c.logits == LogitRows::kAll)
+      for (int64_t t = 0; t < T; ++t) ws.logit_rows.push_back(row + t);
+    else if (c.logits == LogitRows::kLast)
+      ws.logit_rows.push_back(row + T - 1);
+    row += T;
+  }
+  // Inference multiplies with row-invariant kernels (see MatmulEngine::set_row_invariant).
+  eng_.set_row_invariant(true);
+  struct Restore {
+    MatmulEngine& e;
+    ~Restore() { e.set_row_invariant(false); }
+  } restore{eng_};
+  Tensor x = ws.x.slice(0, 0, N), h = ws.h.slice(0, 0, N), a = ws.a.slice(0, 0, N);
+  embed(x, ws.ids.data(), ws.positions.data(), N);
   float* xp = x.data<float>();
   const float* ap = a.data<float>();
   auto residual = [&] {
-    for (int64_t i = 0; i < T * C; ++i) xp[i] += ap[i];
+    for (int64_t i = 0; i < N * C; ++i) xp[i] += ap[i];
   };
+  const AttentionScratch scratch{ws.q.data<float>(), ws.k.data<float>(), ws.v.data<float>(), ws.att.data<float>()};
   for (size_t l = 0; l < layers_.size(); ++l) {
     TransformerLayer& L = layers_[l];
-    norm_forward(h.data<float>(), nullptr, nullptr, xp, L.norm1_w, L.norm1_b, T);
-    L.attn->forward_cached(eng_, a, h, ws.positions.data(), pos0, cache->k(int64_t(l)), cache->v(int64_t(l)),
-                           cache->capacity(), ws.q.data<float>(), ws.att.data<float>(), tp_);
+    norm_forward(h.data<float>(), nullptr, nullptr, xp, L.norm1_w, L.norm1_b, N);
+    L.attn->forward_paged(eng_, a, h, ws.positions.data(), ws.seqs, pool.k(int64_t(l)), pool.v(int64_t(l)), bs,
+                          scratch, tp_);
     residual();
-    norm_forward(h.data<float>(), nullptr, nullptr, xp, L.norm2_w, L.norm2_b, T);
+    norm_forward(h.data<float>(), nullptr, nullptr, xp, L.norm2_w, L.norm2_b, N);
     L.mlp->forward(eng_, a, h, ws.mlp, tp_);
     residual();
   }
-  Tensor hr = h.slice(0, T - rows, T);
-  norm_forward(hr.data<float>(), nullptr, nullptr, xp + (T - rows) * C, norm_w_, norm_b_, rows);
+  if (R == 0) return;
+  // The final norm and the LM head only for the logits rows (gathered into h's first R rows).
+  float* hp = ws.a.data<float>();
+  for (int64_t r = 0; r < R; ++r)
+    std::memcpy(hp + r * C, xp + ws.logit_rows[size_t(r)] * C, size_t(C) * sizeof(float));
+  Tensor hr = ws.h.slice(0, 0, R);
+  norm_forward(hr.data<float>(), nullptr, nullptr, hp, norm_w_, norm_b_, R);
   if (logits_local.numel() > 0)
     matmul_forward(eng_, logits_local, hr, config_.tie_embeddings ? embed_.value : lm_head_.value, nullptr);
-  cache->set_length(pos0 + T);
 }
 
 }  // namespace tensorpar

@@ -49,8 +49,9 @@ class Transformer final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   Communicator& tp() override { return tp_; }
   Range vocab_range() const override { return vocab_range_; }
-  std::unique_ptr<KvCache> make_cache(int64_t max_tokens) const override;
-  void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache, bool last_only) override;
+  std::unique_ptr<KvPool> make_kv_pool(int64_t n_blocks, int64_t block_size) const override;
+  int64_t kv_bytes_per_token() const override;
+  void forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) override;
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
@@ -99,23 +100,6 @@ class Transformer final : public CausalLM {
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<TrainState> train_;
   TrainCompute compute_;
-};
-
-// The KV cache of a Transformer: per layer k and v (capacity, NKV_local, HS) f32.
-class TransformerKvCache final : public KvCache {
- public:
-  TransformerKvCache(int64_t n_layers, int64_t capacity, int64_t kv_local, int64_t head_dim);
-  int64_t length() const override { return length_; }
-  int64_t capacity() const override { return capacity_; }
-  void truncate(int64_t length) override;
-  int64_t bytes() const override;
-  float* k(int64_t layer) { return k_[size_t(layer)].data<float>(); }
-  float* v(int64_t layer) { return v_[size_t(layer)].data<float>(); }
-  void set_length(int64_t n) { length_ = n; }
-
- private:
-  int64_t capacity_ = 0, length_ = 0;
-  std::vector<Tensor> k_, v_;
 };
 
 }  // namespace tensorpar

@@ -11,12 +11,14 @@ namespace tensorpar {
 
 struct Transformer::Workspace {
   Tensor x, h, a;  // (cap, C): residual stream, normed input, block output
-  Tensor q, att;   // (cap * NH_local * HS) attention scratch
+  Tensor q, k, v, att;  // attention scratch: (cap, NH_local*HS), (cap, NKV_local*HS) x2, (cap, NH_local*HS)
   MlpActs mlp;
   std::vector<int64_t> ids, positions;
+  std::vector<PagedSeq> seqs;      // the batch's sequences (rows, positions, block tables)
+  std::vector<int64_t> logit_rows; // rows whose logits are wanted
   int64_t cap = 0;
 
-  void reserve(int64_t T, int64_t C, int64_t q_cols) {
+  void reserve(int64_t T, int64_t C, int64_t q_cols, int64_t kv_cols) {
     if (T <= cap) return;
     cap = T;
     x = Tensor::empty({T, C}, DType::kF32);
@@ -24,6 +26,8 @@ struct Transformer::Workspace {
     a = Tensor::empty({T, C}, DType::kF32);
     q = Tensor::empty({std::max<int64_t>(1, T * q_cols)}, DType::kF32);
     att = Tensor::empty({std::max<int64_t>(1, T * q_cols)}, DType::kF32);
+    k = Tensor::empty({std::max<int64_t>(1, T * kv_cols)}, DType::kF32);
+    v = Tensor::empty({std::max<int64_t>(1, T * kv_cols)}, DType::kF32);
     ids.resize(size_t(T));
     positions.resize(size_t(T));
   }

@@ -121,29 +121,37 @@ void ParallelAttention::init_normal(float stddev, float o_stddev, uint64_t seed,
   o_.init_normal(o_stddev, seed, ids[3]);
 }
 
-void ParallelAttention::forward_cached(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
-                                       int64_t pos0, float* k_cache, float* v_cache, int64_t capacity,
-                                       float* q_buf, float* att_buf, Communicator& tp) const {
-  const int64_t T = x.dim(0), HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local();
-  TP_CHECK(x.ndim() == 2 && x.dim(1) == shape_.hidden && pos0 + T <= capacity,
-           "[ParallelAttention::forward_cached] x ", x.describe(), " at position ", pos0, ", capacity ", capacity);
+void ParallelAttention::forward_paged(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
+                                      std::span<const PagedSeq> seqs, float* k_pool, float* v_pool,
+                                      int64_t block_size, const AttentionScratch& scratch, Communicator& tp) const {
+  const int64_t N = x.dim(0), HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local();
+  TP_CHECK(x.ndim() == 2 && x.dim(1) == shape_.hidden, "[ParallelAttention::forward_paged] x ", x.describe(),
+           ", expected (N, ", shape_.hidden, ")");
   if (NHl > 0) {
-    Tensor q = view2(q_buf, T, NHl * HS);
-    // The new keys/values go straight into the cache rows [pos0, pos0 + T) (contiguous).
-    Tensor k = view2(k_cache + pos0 * NKVl * HS, T, NKVl * HS);
-    Tensor v = view2(v_cache + pos0 * NKVl * HS, T, NKVl * HS);
+    Tensor q = view2(scratch.q, N, NHl * HS), k = view2(scratch.k, N, NKVl * HS), v = view2(scratch.v, N, NKVl * HS);
     project(eng, q, x, q_);
     project(eng, k, x, k_);
     project(eng, v, x, v_);
     if (rope_) {
-      rope_forward(q.data<float>(), q.data<float>(), positions, *rope_, T, NHl);
-      rope_forward(k.data<float>(), k.data<float>(), positions, *rope_, T, NKVl);
+      rope_forward(q.data<float>(), q.data<float>(), positions, *rope_, N, NHl);
+      rope_forward(k.data<float>(), k.data<float>(), positions, *rope_, N, NKVl);
     }
-    AttentionDims d;
-    d.B = 1, d.T = T, d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.pos0 = pos0, d.T_kv = capacity;
-    attention_forward(att_buf, nullptr, q_buf, k_cache, v_cache, d);
+    // Each row's key and value go to its slot: block blocks[pos / block_size], row pos % block_size.
+    const int64_t row = NKVl * HS;
+    for (const PagedSeq& s : seqs)
+      for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t pos = s.pos0 + t, r = s.row_begin + t;
+        TP_CHECK(pos / block_size < s.n_blocks, "[ParallelAttention::forward_paged] position ", pos,
+                 " beyond the sequence's ", s.n_blocks, " blocks");
+        const int64_t slot = (int64_t(s.blocks[pos / block_size]) * block_size + pos % block_size) * row;
+        std::memcpy(k_pool + slot, scratch.k + r * row, size_t(row) * sizeof(float));
+        std::memcpy(v_pool + slot, scratch.v + r * row, size_t(row) * sizeof(float));
+      }
+    PagedAttentionDims d;
+    d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.block_size = block_size;
+    paged_attention_forward(scratch.att, scratch.q, k_pool, v_pool, seqs, d);
   }
-  Tensor att = view2(att_buf, T, NHl * HS);
+  Tensor att = view2(scratch.att, N, NHl * HS);
   o_.forward(eng, out, att, tp);
 }
 

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
 #include "parallel/partition.h"
 #include "parallel/row_parallel_linear.h"
@@ -35,6 +37,11 @@ struct LocalLinear {
 struct AttentionLoaders {
   SliceLoader q, k, v, o;
   SliceLoader q_bias, k_bias, v_bias, o_bias;  // empty when the layer has none
+};
+
+// Inference scratch of at least N rows: q and att (N, NH_local*HS), k and v (N, NKV_local*HS).
+struct AttentionScratch {
+  float *q, *k, *v, *att;
 };
 
 // Saved for backward, (B*T, ...) rows: x is the caller's input (kept by the caller).
@@ -71,12 +78,13 @@ class ParallelAttention {
   // ids: tensor ids of q, k, v, o (tensor_id_of(name)).
   void init_normal(float stddev, float o_stddev, uint64_t seed, const uint64_t ids[4]);
 
-  // Inference for T tokens of one sequence at positions [pos0, pos0 + T): x (T, C) -> out
-  // (T, C) Replicated. k_cache, v_cache: (capacity, NKV_local, HS); rows [pos0, pos0+T) are
-  // written. q_buf, att_buf: scratch of at least T * NH_local * HS floats.
-  void forward_cached(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
-                      int64_t pos0, float* k_cache, float* v_cache, int64_t capacity,
-                      float* q_buf, float* att_buf, Communicator& tp) const;
+  // Inference for the rows of a batch of sequences (CausalLM::forward_batch): x (N, C) -> out
+  // (N, C) Replicated. positions (N): each row's position; seqs: each sequence's rows and block
+  // table; the new keys/values are written into this layer's pool blocks (k_pool, v_pool:
+  // (blocks, block_size, NKV_local, HS)) before attention reads them.
+  void forward_paged(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
+                     std::span<const PagedSeq> seqs, float* k_pool, float* v_pool, int64_t block_size,
+                     const AttentionScratch& scratch, Communicator& tp) const;
   // Training: x (B*T, C) for B sequences from position 0 -> out (B*T, C); fills acts (allocated
   // here on first use or shape change). positions (B*T).
   void forward_train(MatmulEngine& eng, Tensor& out, const Tensor& x, int64_t B, int64_t T,

@@ -10,19 +10,6 @@
 
 namespace tensorpar::testing {
 
-class FakeCache : public KvCache {
- public:
-  explicit FakeCache(int64_t cap) : cap_(cap) {}
-  int64_t length() const override { return len_; }
-  int64_t capacity() const override { return cap_; }
-  void truncate(int64_t n) override { len_ = n; }
-  int64_t bytes() const override { return 0; }
-  void append(int64_t n) { len_ += n; }
-
- private:
-  int64_t cap_, len_ = 0;
-};
-
 class FakeModel : public CausalLM {
  public:
   FakeModel(int64_t vocab, Communicator& tp) : tp_(tp) {
@@ -36,17 +23,20 @@ class FakeModel : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   Communicator& tp() override { return tp_; }
   Range vocab_range() const override { return range_; }
-  std::unique_ptr<KvCache> make_cache(int64_t max_tokens) const override {
-    return std::make_unique<FakeCache>(max_tokens);
+  std::unique_ptr<KvPool> make_kv_pool(int64_t n_blocks, int64_t block_size) const override {
+    return std::make_unique<KvPool>(0, n_blocks, block_size, 0, 1);
   }
-  void forward(Tensor& logits_local, std::span<const int32_t> tokens, KvCache& cache, bool last_only) override {
-    const int64_t pos0 = cache.length(), T = int64_t(tokens.size());
-    const int64_t first = last_only ? T - 1 : 0;
+  int64_t kv_bytes_per_token() const override { return 0; }
+  void forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool&) override {
     float* out = logits_local.data<float>();
-    for (int64_t t = first; t < T; ++t)
-      for (int64_t v = range_.begin; v < range_.end; ++v)
-        out[(t - first) * range_.size() + (v - range_.begin)] = logit(tokens[size_t(t)], pos0 + t, v);
-    static_cast<FakeCache&>(cache).append(T);
+    int64_t r = 0;
+    for (const SeqChunk& c : seqs) {
+      const int64_t T = int64_t(c.tokens.size());
+      const int64_t first = c.logits == LogitRows::kAll ? 0 : c.logits == LogitRows::kLast ? T - 1 : T;
+      for (int64_t t = first; t < T; ++t, ++r)
+        for (int64_t v = range_.begin; v < range_.end; ++v)
+          out[r * range_.size() + (v - range_.begin)] = logit(c.tokens[size_t(t)], c.pos0 + t, v);
+    }
   }
   float forward_backward(const Tensor&, const Tensor&, float) override { return 0; }
   float forward_loss(const Tensor&, const Tensor&) override { return 0; }

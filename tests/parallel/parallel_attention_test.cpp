@@ -119,13 +119,21 @@ TEST(ParallelAttention, ForwardAndBackwardMatchReferenceAtAnyTp) {
       AttentionActs acts;
       a.forward_train(eng, y, xt, B, T, pos.data(), acts, world);
       EXPECT_LE(max_rel_diff(y.to_vector(), y_ref, 0.1), 2e-5);
-      // The KV-cached path on sequence 1 in chunks of 2 and 3 tokens gives the same rows.
-      std::vector<float> kc(size_t(std::max<int64_t>(1, T * a.kv_local() * HS))), vc(kc.size());
+      // The paged inference path on sequence 1 in chunks of 2 and T - 2 tokens, over blocks of 2
+      // tokens in reverse pool order, gives the same rows.
+      const int64_t bsz = 2, nb = (T + bsz - 1) / bsz;
+      std::vector<int32_t> table;
+      for (int64_t b = nb - 1; b >= 0; --b) table.push_back(int32_t(b));
+      std::vector<float> kc(size_t(std::max<int64_t>(1, nb * bsz * a.kv_local() * HS))), vc(kc.size());
       std::vector<float> qb(size_t(std::max<int64_t>(1, T * a.q_local() * HS))), ab(qb.size());
+      std::vector<float> kb(size_t(std::max<int64_t>(1, T * a.kv_local() * HS))), vb(kb.size());
       for (int64_t c0 : {int64_t(0), int64_t(2)}) {
         const int64_t n = c0 == 0 ? 2 : T - 2;
         Tensor xc = xt.slice(0, T + c0, T + c0 + n).contiguous(), yc = nan_tensor({n, C});
-        a.forward_cached(eng, yc, xc, pos.data() + c0, c0, kc.data(), vc.data(), T, qb.data(), ab.data(), world);
+        PagedSeq ps;
+        ps.row_begin = 0, ps.T = n, ps.pos0 = c0, ps.blocks = table.data(), ps.n_blocks = nb;
+        a.forward_paged(eng, yc, xc, pos.data() + c0, std::span<const PagedSeq>(&ps, 1), kc.data(), vc.data(), bsz,
+                        AttentionScratch{qb.data(), kb.data(), vb.data(), ab.data()}, world);
         EXPECT_LE(max_abs_diff(yc.to_vector(), y.slice(0, T + c0, T + c0 + n).to_vector()), 1e-5);
       }
       Tensor dx = nan_tensor({N, C});

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/rowwise_matmul.h"
 
 namespace tensorpar {
 
@@ -276,6 +277,15 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
   TP_CHECK(out2.dim(0) == in2.dim(0) && out2.dim(1) == weight.dim(0), "[matmul_forward] out: got ",
            out.describe(), " for in ", in.describe(), " and weight ", weight.describe(),
            ", expected (..,", weight.dim(0), ") with the rows of in");
+  if (eng.row_invariant()) {
+    if (dtype_is_quantized(weight.dtype())) {
+      quant_matmul_forward_fused(eng, out2, in2, weight, bias, QuantIsa::kAuto);
+    } else {
+      const Tensor a = converted(eng, in2, DType::kF32, 0);
+      rowwise_matmul_forward(out2, a, weight, bias);
+    }
+    return;
+  }
   if (dtype_is_quantized(weight.dtype())) {
     quant_matmul_forward(eng, out2, in2, weight, bias);
     return;

@@ -33,12 +33,20 @@ class MatmulEngine {
   void set_compute_dtype(DType dtype);
   DType compute_dtype() const { return compute_; }
 
+  // Row-invariant mode (inference): matmul_forward computes every output row with kernels whose
+  // arithmetic for a row does not depend on how many rows share the call (rowwise_matmul.h for
+  // float weights, the fused dequant-dot kernel for quantized ones), so a sequence's logits are
+  // bitwise the same alone or in any batch. Off (oneDNN) for training.
+  void set_row_invariant(bool on) { row_invariant_ = on; }
+  bool row_invariant() const { return row_invariant_; }
+
   struct Impl;
   Impl& impl() { return *impl_; }
 
  private:
   std::unique_ptr<Impl> impl_;
   DType compute_ = DType::kF32;
+  bool row_invariant_ = false;
 };
 
 // c (...,M,N) = alpha * a (...,M,K) x b (...,K,N) [+ bias (N)] + beta * c.

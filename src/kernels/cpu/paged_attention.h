@@ -1,0 +1,43 @@
+// Causal GQA attention at inference over a paged KV cache: keys and values live in fixed-size
+// blocks of a pool shared by many sequences, and each sequence names its blocks in a block
+// table (token at position p sits in block blocks[p / block_size], row p % block_size). One call
+// serves a whole engine step: every sequence's query rows (a decode row or a prefill chunk) at
+// their own positions. Each query row is computed by the same arithmetic whatever else is in the
+// call (keys visited block by block from position 0 with an online softmax), so results are
+// batch-invariant: bitwise equal for a row alone or among others, and for a prompt run whole or
+// in chunks.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace tensorpar {
+
+struct PagedAttentionDims {
+  int64_t NH = 0;          // query heads
+  int64_t NKV = 0;         // kv heads; NH a multiple of NKV (query head h reads kv head h / (NH/NKV))
+  int64_t HS = 0;          // head size
+  int64_t block_size = 0;  // tokens per block
+  float scale = 0;         // 0: 1/sqrt(HS)
+};
+
+// The query rows of one sequence: rows [row_begin, row_begin + T) of q/out, at positions
+// [pos0, pos0 + T); blocks cover positions [0, pos0 + T) (the keys of these rows included).
+struct PagedSeq {
+  int64_t row_begin = 0;
+  int64_t T = 0;
+  int64_t pos0 = 0;
+  const int32_t* blocks = nullptr;
+  int64_t n_blocks = 0;
+};
+
+// out (N,NH,HS) for the rows of seqs; q (N,NH,HS); k_pool, v_pool (blocks, block_size, NKV, HS).
+// Parallel over (sequence row, kv head).
+void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
+                             std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
+// The reference: gathers each sequence's keys into contiguous rows and runs
+// attention_forward_naive (attention.h).
+void paged_attention_forward_naive(float* out, const float* q, const float* k_pool, const float* v_pool,
+                                   std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
+
+}  // namespace tensorpar

@@ -1,0 +1,24 @@
+// Batch-invariant matmul for inference: out (M,N) = in (M,K) x weight^T + bias where every output
+// element is one dot product computed in a fixed order that depends only on K, never on M, on
+// which rows share the call, or on the thread count. A row therefore gets bitwise the same
+// result whether it runs alone (decode of one sequence) or among hundreds of rows of other
+// sequences (continuous batching): the property that lets a server promise identical greedy
+// output under any load. Weight-stationary: a few weight rows stay in registers/L1 while all
+// input rows stream past, so the weight is read from memory once per call (decode runs at
+// memory speed) and prefill chunks are compute-bound rather than bandwidth-bound.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace tensorpar {
+
+// in (M,K) f32, any row stride; weight (N,K) f32, bf16 or f16, contiguous rows; bias (N) f32 or
+// null; out (M,N) f32, any row stride. AVX-512 when the CPU has it, else a portable loop with the
+// same per-element arithmetic order (results may differ between the two ISAs, never within one).
+void rowwise_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias);
+
+// Forces the portable loop (tests compare both paths' invariance).
+void rowwise_matmul_forward_portable(Tensor& out, const Tensor& in, const Tensor& weight,
+                                     const Tensor* bias);
+
+}  // namespace tensorpar
