@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "infer/stop_matcher.h"
 
 namespace tensorpar {
 
@@ -17,55 +18,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
-
-// Text streaming with stop strings: text is held back while it could still be the start of a
-// stop string, so nothing past a stop string ever reaches the caller.
-class StopMatcher {
- public:
-  StopMatcher(const std::vector<std::string>& stops, const std::function<void(std::string_view)>& sink)
-      : stops_(stops), sink_(sink) {}
-  // Adds text; returns true when a stop string completed (the text before it has been emitted).
-  bool push(std::string_view piece) {
-    pending_ += piece;
-    size_t cut = std::string::npos;
-    for (const auto& s : stops_) {
-      if (s.empty()) continue;
-      const size_t at = pending_.find(s);
-      if (at != std::string::npos) cut = std::min(cut, at);
-    }
-    if (cut != std::string::npos) {
-      emit(pending_.substr(0, cut));
-      pending_.clear();
-      return true;
-    }
-    // Keep the longest suffix that is a prefix of some stop string.
-    size_t keep = 0;
-    for (const auto& s : stops_)
-      for (size_t k = std::min(s.size() - (s.empty() ? 0 : 1), pending_.size()); k > keep; --k)
-        if (pending_.compare(pending_.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    emit(pending_.substr(0, pending_.size() - keep));
-    pending_.erase(0, pending_.size() - keep);
-    return false;
-  }
-  void finish() {
-    emit(pending_);
-    pending_.clear();
-  }
-  const std::string& text() const { return text_; }
-
- private:
-  void emit(const std::string& s) {
-    if (s.empty()) return;
-    text_ += s;
-    if (sink_) sink_(s);
-  }
-  const std::vector<std::string>& stops_;
-  const std::function<void(std::string_view)>& sink_;
-  std::string pending_, text_;
-};
 
 }  // namespace
 
@@ -97,7 +49,10 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
   Tensor logits = Tensor::empty({1, vocab.size()}, DType::kF32);
   std::optional<StreamDecoder> decoder;
   if (leader) decoder.emplace(*tokenizer);
-  StopMatcher matcher(options.stop, on_text);
+  StopMatcher matcher(options.stop);
+  auto emit = [&](const std::string& s) {
+    if (!s.empty() && on_text) on_text(s);
+  };
 
   const auto t0 = Clock::now();
   model.forward(logits, prompt, cache, /*last_only=*/true);
@@ -116,7 +71,9 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
         verdict = 1;
       } else {
         r.tokens.push_back(token);
-        if (matcher.push(decoder->push(token))) verdict = 2;
+        bool stopped = false;
+        emit(matcher.push(decoder->push(token), stopped));
+        if (stopped) verdict = 2;
       }
     }
     tp.broadcast(&verdict, 1, DType::kI32, 0);
@@ -135,8 +92,9 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
     ++r.decode_steps;
   }
   if (leader && r.stop_reason != "stop") {
-    matcher.push(decoder->flush());
-    matcher.finish();
+    bool stopped = false;
+    emit(matcher.push(decoder->flush(), stopped));
+    if (!stopped) emit(matcher.finish());
   }
   if (!r.tokens.empty()) r.decode_s = std::chrono::duration<double>(Clock::now() - t_first).count();
   if (leader) r.text = matcher.text();

@@ -12,21 +12,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "infer/float_order.h"
 
 namespace tensorpar {
 
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Orders floats as integers (monotone), so a bisection over the integers is exact over floats.
-int64_t float_key(float f) {
-  const int32_t b = std::bit_cast<int32_t>(f);
-  return b >= 0 ? int64_t(b) : -int64_t(b & 0x7fffffff);
-}
-float key_float(int64_t k) {
-  return k >= 0 ? std::bit_cast<float>(int32_t(k)) : std::bit_cast<float>(int32_t(uint32_t(-k) | 0x80000000u));
-}
 
 // All ranks' doubles in rank order.
 std::vector<double> gather_doubles(double x, Communicator& tp) {
