@@ -41,6 +41,8 @@ void KvCache::truncate(int64_t length) {
 
 std::unique_ptr<KvCache> CausalLM::make_cache(int64_t max_tokens) const {
   TP_CHECK(max_tokens >= 1, "[make_cache] max_tokens: got ", max_tokens, ", expected >= 1");
+  TP_CHECK(config().family != ArchFamily::kGpt2 || max_tokens <= config().max_position, "[make_cache] max_tokens ",
+           max_tokens, " exceeds the model's ", config().max_position, " learned positions");
   // Blocks of 64 tokens (fewer for a short cache): large enough that the block walk costs
   // nothing, small enough that the last block wastes little.
   const int64_t bs = std::min<int64_t>(64, max_tokens);

@@ -72,9 +72,6 @@ Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t qu
 Transformer::~Transformer() = default;
 
 std::unique_ptr<KvPool> Transformer::make_kv_pool(int64_t n_blocks, int64_t block_size) const {
-  TP_CHECK(config_.family != ArchFamily::kGpt2 || n_blocks * block_size <= config_.max_position + block_size,
-           "[make_kv_pool] ", n_blocks * block_size, " tokens exceed the model's ", config_.max_position,
-           " learned positions");
   const int64_t kv = layers_.empty() ? 0 : layers_[0].attn->kv_local();
   return std::make_unique<KvPool>(config_.n_layers, n_blocks, block_size, kv, config_.head_dim);
 }

@@ -1,6 +1,7 @@
 // Paged attention (see paged_attention.h): per (query row, kv head) work item, the heads of the
-// group walk the sequence's blocks in order with a running max and sum (online softmax); the
-// last block stops at the row's own position (causal), so no masked scores enter any sum.
+// group score every key of the sequence through its block table, then softmax and sum in key
+// order (two passes over stored scores, no online rescaling); the
+// row stops at its own position (causal), so no masked score enters any sum.
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -37,41 +38,33 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// One query row, the G heads of kv head g. scores: scratch of block_size floats.
+// One query row, the G heads of kv head g: every score of the row first (and its max), then the
+// exponentials and the weighted values in key order. Nothing depends on how keys are grouped
+// into blocks, so a row's result is the same for any block size and any batch. scores: scratch
+// of at least pos + 1 floats.
 void row_group(float* out, const float* q, const float* k_pool, const float* v_pool, const PagedSeq& s,
                int64_t pos, int64_t g, const PagedAttentionDims& d, float* scores) {
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size;
   const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
   const int64_t n_keys = pos + 1;
+  auto key_row = [&](int64_t j) { return (int64_t(s.blocks[j / bs]) * bs + j % bs) * kv_stride + g * HS; };
   for (int64_t hh = 0; hh < G; ++hh) {
     const int64_t h = g * G + hh;
     const float* qr = q + h * HS;
     float* o = out + h * HS;
+    float m = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < n_keys; ++j) {
+      scores[j] = dot(qr, k_pool + key_row(j), HS) * d.scale;
+      m = std::max(m, scores[j]);
+    }
     std::fill(o, o + HS, 0.0f);
-    float m = -std::numeric_limits<float>::infinity(), sum = 0.0f;
-    for (int64_t b0 = 0; b0 < n_keys; b0 += bs) {
-      const int64_t n = std::min(bs, n_keys - b0);
-      const int64_t base = int64_t(s.blocks[b0 / bs]) * bs * kv_stride + g * HS;
-      const float* kb = k_pool + base;
-      const float* vb = v_pool + base;
-      float bm = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n; ++j) {
-        scores[j] = dot(qr, kb + j * kv_stride, HS) * d.scale;
-        bm = std::max(bm, scores[j]);
-      }
-      const float m_new = std::max(m, bm);
-      const float corr = std::exp(m - m_new);  // 0 on the first block (m = -inf)
-      sum *= corr;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n_keys; ++j) {
+      const float p = std::exp(scores[j] - m);
+      sum += p;
+      const float* vr = v_pool + key_row(j);
 #pragma omp simd
-      for (int64_t i = 0; i < HS; ++i) o[i] *= corr;
-      for (int64_t j = 0; j < n; ++j) {
-        const float p = std::exp(scores[j] - m_new);
-        sum += p;
-        const float* vr = vb + j * kv_stride;
-#pragma omp simd
-        for (int64_t i = 0; i < HS; ++i) o[i] += p * vr[i];
-      }
-      m = m_new;
+      for (int64_t i = 0; i < HS; ++i) o[i] += p * vr[i];
     }
     const float inv = 1.0f / sum;
 #pragma omp simd
@@ -86,16 +79,17 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward");
   // Work items (sequence row, kv head), listed once so the loop can be split evenly.
   std::vector<std::pair<int32_t, int64_t>> rows;  // (sequence index, row within it)
-  int64_t keys = 0;
+  int64_t keys = 0, max_keys = 1;
   for (size_t i = 0; i < seqs.size(); ++i)
     for (int64_t t = 0; t < seqs[i].T; ++t) {
       rows.emplace_back(int32_t(i), t);
       keys += seqs[i].pos0 + t + 1;
+      max_keys = std::max(max_keys, seqs[i].pos0 + t + 1);
     }
   const int64_t items = int64_t(rows.size()) * d.NKV, row_stride = d.NH * d.HS;
 #pragma omp parallel if (keys * d.NH * d.HS > kMinParallelWork)
   {
-    std::vector<float> scores(static_cast<size_t>(d.block_size));
+    std::vector<float> scores(static_cast<size_t>(max_keys));
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < items; ++it) {
       const auto [si, t] = rows[size_t(it / d.NKV)];

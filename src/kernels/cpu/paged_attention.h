@@ -3,9 +3,9 @@
 // table (token at position p sits in block blocks[p / block_size], row p % block_size). One call
 // serves a whole engine step: every sequence's query rows (a decode row or a prefill chunk) at
 // their own positions. Each query row is computed by the same arithmetic whatever else is in the
-// call (keys visited block by block from position 0 with an online softmax), so results are
-// batch-invariant: bitwise equal for a row alone or among others, and for a prompt run whole or
-// in chunks.
+// call (scores of keys 0..pos in order, then their softmax and weighted sum in order), so
+// results are batch-invariant: bitwise equal for a row alone or among others, for a prompt run
+// whole or in chunks, and for any block size.
 #pragma once
 
 #include <cstdint>
