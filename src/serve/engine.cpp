@@ -92,7 +92,8 @@ Engine::Engine(CausalLM& model, const Tokenizer* tokenizer, const EngineOptions&
   // Every rank sizes the pool for the rank holding the most kv heads, so block ids agree.
   int64_t bpt = model.kv_bytes_per_token();
   if (tp.size() > 1) tp.all_reduce(&bpt, &bpt, 1, DType::kI64, ReduceOp::kMax);
-  const int64_t n_blocks = pool_blocks(o, ctx_, bpt);
+  int64_t n_blocks = pool_blocks(o, ctx_, bpt);
+  if (tp.size() > 1) tp.all_reduce(&n_blocks, &n_blocks, 1, DType::kI64, ReduceOp::kMin);  // block ids must agree
   impl_->pool = model.make_kv_pool(n_blocks, o.block_size);
   if (tp.rank() == 0) {
     SchedulerOptions so;

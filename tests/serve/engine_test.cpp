@@ -1,0 +1,197 @@
+// The serving engine on the default model (models/SmolLM2-135M-Instruct.Q4_1.gguf, fetched by
+// tools/fetch_model.sh; skipped when absent) at TP 1 and 2: sixteen concurrent greedy requests of
+// different lengths, some sharing a prefix, through a KV pool small enough to force preemption,
+// each produce exactly the tokens the one-request generation loop produces for it alone. Also:
+// stop strings cut the text, a cancelled request ends with "abort" and frees its blocks, bad
+// requests are refused with the right status, and stop() ends run() on every rank.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <optional>
+#include <thread>
+
+#include "comm/launch.h"
+#include "infer/generate.h"
+#include "model/load_model.h"
+#include "model/tokenizer_loader.h"
+#include "serve/engine.h"
+
+namespace tensorpar {
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+std::string model_path() { return std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
+  LaunchConfig cfg;
+  cfg.backend = Backend::kThreads;
+  cfg.n_ranks = n;
+  cfg.threads_per_rank = 1;
+  cfg.comm.timeout_s = 120;
+  launch_ranks(cfg, fn);
+}
+
+// Runs fn on a thread that is always joined (also when run() throws on this rank).
+class Client {
+ public:
+  explicit Client(std::function<void()> fn) : t_(std::move(fn)) {}
+  Client() = default;
+  ~Client() {
+    if (t_.joinable()) t_.join();
+  }
+
+ private:
+  std::thread t_;
+};
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text, reason;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+Collected collect(RequestHandle& h) {
+  Collected c;
+  for (;;) {
+    auto chunk = h.next(std::chrono::milliseconds(200));
+    if (!chunk) continue;
+    c.text += chunk->text;
+    c.tokens.insert(c.tokens.end(), chunk->tokens.begin(), chunk->tokens.end());
+    if (chunk->finished) {
+      c.reason = chunk->finish_reason;
+      c.prompt_tokens = chunk->prompt_tokens;
+      c.completion_tokens = chunk->completion_tokens;
+      return c;
+    }
+  }
+}
+
+TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "no " << model_path() << " (run tools/fetch_model.sh)";
+  if (kSanitized) GTEST_SKIP() << "too slow under sanitizers";
+  const Tokenizer tok = load_tokenizer(model_path());
+  const std::string shared = "You are a helpful assistant who answers in one short sentence about geography. ";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 16; ++i) {
+    std::string text = (i % 3 == 0 ? shared : std::string()) + "Question " + std::to_string(i) + ": name a river";
+    for (int k = 0; k < i % 5; ++k) text += " that is long and wide";
+    prompts.push_back(tok.encode(text));
+  }
+  constexpr int64_t kNew = 10;
+  for (int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    std::vector<Collected> got(prompts.size());
+    std::vector<std::vector<int32_t>> want(prompts.size());
+    int64_t preemptions = 0;
+    run_ranks(tp, [&](Communicator& world) {
+      auto m = load_model(model_path(), world);
+      const bool leader = world.rank() == 0;
+      // Alone, one after another, through the one-sequence generation loop.
+      GenerateOptions g;
+      g.max_tokens = kNew;
+      g.stop_on_eos = false;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        auto cache = m->make_cache(int64_t(prompts[i].size()) + kNew);
+        const GenerateResult r = generate(*m, *cache, prompts[i], g, leader ? &tok : nullptr, nullptr);
+        if (leader) want[i] = r.tokens;
+      }
+      // Together: a pool of 24 blocks of 16 tokens cannot hold all sixteen at once.
+      EngineOptions o;
+      o.max_seqs = 16, o.max_batch_tokens = 64, o.block_size = 16, o.ctx = 256;
+      int64_t bpt = m->kv_bytes_per_token();  // the rank with the most kv heads sizes the pool
+      world.all_reduce(&bpt, &bpt, 1, DType::kI64, ReduceOp::kMax);
+      o.kv_cache_mb = (24 * 16 * bpt + (1 << 20) - 1) >> 20;
+      Engine e(*m, leader ? &tok : nullptr, o);
+      std::optional<Client> client;
+      if (leader)
+        client.emplace([&] {
+          std::vector<std::shared_ptr<RequestHandle>> hs;
+          GenerationParams p;
+          p.max_tokens = kNew;
+          p.ignore_eos = true;
+          for (const auto& pr : prompts) hs.push_back(e.submit(pr, p));
+          for (size_t i = 0; i < hs.size(); ++i) got[i] = collect(*hs[i]);
+          preemptions = e.metrics().preemptions.load();
+          e.stop(0);
+        });
+      try {
+        e.run();
+      } catch (const std::exception& ex) {
+        ADD_FAILURE() << "run: " << ex.what();
+        throw;
+      }
+    });
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+      EXPECT_EQ(got[i].reason, "length");
+      EXPECT_EQ(got[i].completion_tokens, kNew);
+      EXPECT_EQ(got[i].prompt_tokens, int64_t(prompts[i].size()));
+      EXPECT_EQ(got[i].text, tok.decode(want[i])) << "request " << i;
+    }
+    EXPECT_GT(preemptions, 0) << "the pool was meant to be too small for all sixteen";
+  }
+}
+
+TEST(Engine, StopStringsCancellationAndBadRequests) {
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "no " << model_path() << " (run tools/fetch_model.sh)";
+  if (kSanitized) GTEST_SKIP() << "too slow under sanitizers";
+  const Tokenizer tok = load_tokenizer(model_path());
+  const std::vector<int32_t> prompt = tok.encode("The capital of France is Paris. The capital of Italy is");
+  run_ranks(2, [&](Communicator& world) {
+    auto m = load_model(model_path(), world);
+    const bool leader = world.rank() == 0;
+    EngineOptions o;
+    o.ctx = 128, o.max_queue = 4;
+    Engine e(*m, leader ? &tok : nullptr, o);
+    std::optional<Client> client;
+    if (leader)
+      client.emplace([&] {
+        GenerationParams p;
+        p.max_tokens = 24;
+        p.ignore_eos = true;
+        const Collected plain = collect(*e.submit(prompt, p));
+        ASSERT_GE(plain.text.size(), 4u);
+        // A stop string from the middle of that text cuts it there.
+        const std::string stop = plain.text.substr(plain.text.size() / 2, 3);
+        p.stop = {stop};
+        const Collected cut = collect(*e.submit(prompt, p));
+        EXPECT_EQ(cut.reason, "stop");
+        EXPECT_EQ(cut.text, plain.text.substr(0, plain.text.find(stop)));
+        // Cancelled: ends with "abort" and its blocks come back.
+        p.stop.clear();
+        p.max_tokens = 100;
+        auto h = e.submit(prompt, p);
+        ASSERT_TRUE(h->next(std::chrono::seconds(60)).has_value());  // it is running
+        h->cancel();
+        EXPECT_EQ(collect(*h).reason, "abort");
+        for (int i = 0; i < 100 && e.metrics().kv_blocks_used.load() != 0; ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_EQ(e.metrics().kv_blocks_used.load(), 0);
+        // Refusals.
+        auto status = [&](std::vector<int32_t> pr, GenerationParams q) {
+          try {
+            e.submit(std::move(pr), q);
+          } catch (const SubmitError& err) {
+            return err.status;
+          }
+          return 200;
+        };
+        GenerationParams big;
+        big.max_tokens = 128;
+        EXPECT_EQ(status(prompt, big), 400);  // prompt + max_tokens over the context of 128
+        EXPECT_EQ(status({}, p), 400);
+        EXPECT_EQ(status({int32_t(m->config().vocab_size)}, p), 400);
+        e.stop(0);
+        EXPECT_EQ(status(prompt, p), 503);
+      });
+    e.run();
+  });
+}
+
+}  // namespace
+}  // namespace tensorpar
