@@ -278,12 +278,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
            out.describe(), " for in ", in.describe(), " and weight ", weight.describe(),
            ", expected (..,", weight.dim(0), ") with the rows of in");
   if (eng.row_invariant()) {
-    if (dtype_is_quantized(weight.dtype())) {
-      quant_matmul_forward_fused(eng, out2, in2, weight, bias, QuantIsa::kAuto);
-    } else {
-      const Tensor a = converted(eng, in2, DType::kF32, 0);
-      rowwise_matmul_forward(out2, a, weight, bias);
-    }
+    const Tensor a = converted(eng, in2, DType::kF32, 0);
+    rowwise_matmul_forward(out2, a, weight, bias);
     return;
   }
   if (dtype_is_quantized(weight.dtype())) {

@@ -34,9 +34,9 @@ class MatmulEngine {
   DType compute_dtype() const { return compute_; }
 
   // Row-invariant mode (inference): matmul_forward computes every output row with kernels whose
-  // arithmetic for a row does not depend on how many rows share the call (rowwise_matmul.h for
-  // float weights, the fused dequant-dot kernel for quantized ones), so a sequence's logits are
-  // bitwise the same alone or in any batch. Off (oneDNN) for training.
+  // arithmetic for a row does not depend on how many rows share the call (rowwise_matmul.h, for
+  // float and block-quantized weights), so a sequence's logits are bitwise the same alone or in
+  // any batch. Off (oneDNN, and the fused few-row kernel for quantized weights) for training.
   void set_row_invariant(bool on) { row_invariant_ = on; }
   bool row_invariant() const { return row_invariant_; }
 

@@ -125,47 +125,11 @@ void fused(MatmulEngine& eng, Tensor& out, const Tensor& in, const QuantRows& w,
   const DotFn dot = isa == QuantIsa::kAvx512 ? dot_avx512 : isa == QuantIsa::kAvx2 ? dot_avx2 : dot_scalar;
   const float* bp = bias ? bias->data<float>() : nullptr;
   const int64_t N = w.n;
-  if (isa == QuantIsa::kAvx512 && M > kMaxRows) {
-    // Many rows (prefill): tiles of kRowTile activation rows (L2-resident) against groups of 4
-    // weight rows unpacked once per tile, 4 x 4 dots at a time; bitwise the few-row path's dots.
-    constexpr int64_t kRowTile = 64;
-    const int64_t K32 = nb * kQuantBlock;
-#pragma omp parallel
-    {
-      std::vector<float> buf(size_t(4 * (K32 + 2 * nb)));
-      const float *wq[4], *wd[4], *wm[4];
-      float res[16];
-      for (int i = 0; i < 4; ++i) {
-        float* base = buf.data() + i * (K32 + 2 * nb);
-        wq[i] = base, wd[i] = base + K32, wm[i] = base + K32 + nb;
-      }
-      for (int64_t t0 = 0; t0 < M; t0 += kRowTile) {
-        const int64_t t1 = std::min(M, t0 + kRowTile);
-#pragma omp for schedule(static)
-        for (int64_t n0 = 0; n0 < N; n0 += 4) {
-          const int wr = int(std::min<int64_t>(4, N - n0));
-          for (int i = 0; i < wr; ++i)
-            unpack_row_avx512(const_cast<float*>(wq[i]), const_cast<float*>(wd[i]), const_cast<float*>(wm[i]),
-                              w.base + (n0 + i) * w.row_bytes, w.t, nb);
-          for (int64_t m0 = t0; m0 < t1; m0 += 4) {
-            const int rows = int(std::min<int64_t>(4, t1 - m0));
-            tile_avx512(wq, wd, wm, wr, w.t == DType::kQ4_1, nb, x + m0 * ldx, ldx, xs ? xs + m0 * nb : nullptr, nb,
-                        rows, res, 4);
-            for (int i = 0; i < wr; ++i)
-              for (int r = 0; r < rows; ++r)
-                store(out, m0 + r, n0 + i, res[i * 4 + r] + (bp ? bp[n0 + i] : 0.0f), beta);
-          }
-        }
-      }
-    }
-    return;
-  }
-  const int64_t group = isa == QuantIsa::kAvx512 ? kMaxRows : kMaxRowsNarrow;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const char* wrow = w.base + n * w.row_bytes;
-    for (int64_t m0 = 0; m0 < M; m0 += group) {
-      const int rows = int(std::min<int64_t>(group, M - m0));
+    for (int64_t m0 = 0; m0 < M; m0 += kMaxRows) {
+      const int rows = int(std::min<int64_t>(kMaxRows, M - m0));
       float res[kMaxRows];
       dot(wrow, w.t, nb, x + m0 * ldx, ldx, xs ? xs + m0 * nb : nullptr, nb, rows, res);
       for (int r = 0; r < rows; ++r) store(out, m0 + r, n, res[r] + (bp ? bp[n] : 0.0f), beta);

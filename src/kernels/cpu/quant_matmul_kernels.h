@@ -9,10 +9,8 @@
 
 namespace tensorpar::quant_detail {
 
-// Most activation rows one call of a dot kernel handles (register blocking): 8 for AVX-512
-// (32 vector registers), 4 for AVX2 and scalar. A row's arithmetic is the same for any count.
-inline constexpr int kMaxRows = 8;
-inline constexpr int kMaxRowsNarrow = 4;
+// Most activation rows one call of a dot kernel handles (register blocking).
+inline constexpr int kMaxRows = 4;
 
 // res[r] = sum_k W[k] * x[r*ldx + k] for r < rows, W one quantized row of nb blocks of type t.
 // xsum[r*ldxs + b] is the sum of x row r over block b (used by q4_1's offset term).
@@ -29,14 +27,6 @@ void dot_avx2(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, c
 void dot_avx512(const void* w, DType t, int64_t nb, const float* x, int64_t ldx,
                 const float* xsum, int64_t ldxs, int rows, float* res);
 void dequant_bf16_avx512(bf16* out, const void* w, DType t, int64_t nb);
-// Many-row AVX-512 path: a quantized row unpacked to its quant values as floats q (nb*32), scales
-// d (nb) and offsets m (nb; 0 unless q4_1) ...
-void unpack_row_avx512(float* q, float* d, float* m, const void* w, DType t, int64_t nb);
-// ... then res[i*ldres + j] = dot of unpacked weight row i (< wrows <= 4) with activation row j
-// (< rows <= 4), with exactly dot_avx512's arithmetic (bitwise equal results). offset: q4_1.
-void tile_avx512(const float* const* wq, const float* const* wd, const float* const* wm, int wrows, bool offset,
-                 int64_t nb, const float* x, int64_t ldx, const float* xs, int64_t ldxs, int rows, float* res,
-                 int64_t ldres);
 void dequant_f32_avx512(float* out, const void* w, DType t, int64_t nb);
 
 bool cpu_has_avx2();

@@ -5,16 +5,13 @@
 // GCC 12 falsely flags the intrinsic headers' own undefined-vector idiom when they are used in
 // target-attribute functions (its bug 105593); the warning is about the header, not our code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
-
-#include <cmath>
 
 #include "core/quant.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/quant_unpack_avx512.h"
 
 #define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define TP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 
 namespace tensorpar::quant_detail {
 
@@ -31,36 +28,6 @@ bool cpu_has_avx512() {
 namespace {
 
 // ---- AVX-512: a block of 32 weights is two vectors of 16 lanes ----
-
-// Raw quant values of block b as floats (lo = elements 0..15, hi = 16..31), its scale d and
-// offset m (q4_1 only; the others leave m = 0).
-template <DType T>
-TP_AVX512 inline void unpack512(const void* w, int64_t b, __m512& lo, __m512& hi, float& d,
-                                float& m) {
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  if constexpr (T == DType::kQ8_0) {
-    const auto* blk = static_cast<const BlockQ8_0*>(w) + b;
-    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs))));
-    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + 16))));
-    d = _cvtsh_ss(blk->d.bits);
-  } else if constexpr (T == DType::kQ4_0) {
-    const auto* blk = static_cast<const BlockQ4_0*>(w) + b;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-    const __m128i eight = _mm_set1_epi8(8);
-    const __m128i l = _mm_sub_epi8(_mm_and_si128(q, mask), eight);
-    const __m128i h = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), mask), eight);
-    lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(l));
-    hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h));
-    d = _cvtsh_ss(blk->d.bits);
-  } else {
-    const auto* blk = static_cast<const BlockQ4_1*>(w) + b;
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));
-    lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(q, mask)));
-    hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(q, 4), mask)));
-    d = _cvtsh_ss(blk->d.bits);
-    m = _cvtsh_ss(blk->m.bits);
-  }
-}
 
 // sum_j (q_j d + m) x_j = d * sum_j q_j x_j + m * sum_j x_j: the offset needs only the block
 // sums of x, so the inner loop is the same for every format.
@@ -80,7 +47,7 @@ TP_AVX512 void dot512(const void* w, int64_t nb, const float* x, int64_t ldx, co
       __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
       t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
       acc[r] = _mm512_fmadd_ps(t, dv, acc[r]);
-      if constexpr (T == DType::kQ4_1) macc[r] = std::fma(m, xs[r * ldxs + b], macc[r]);  // explicit: one rounding on every path
+      if constexpr (T == DType::kQ4_1) macc[r] += m * xs[r * ldxs + b];
     }
   }
   for (int r = 0; r < R; ++r) res[r] = _mm512_reduce_add_ps(acc[r]) + macc[r];
@@ -93,66 +60,7 @@ TP_AVX512 void dot512_rows(const void* w, int64_t nb, const float* x, int64_t ld
     case 1: return dot512<T, 1>(w, nb, x, ldx, xs, ldxs, res);
     case 2: return dot512<T, 2>(w, nb, x, ldx, xs, ldxs, res);
     case 3: return dot512<T, 3>(w, nb, x, ldx, xs, ldxs, res);
-    case 4: return dot512<T, 4>(w, nb, x, ldx, xs, ldxs, res);
-    case 5: return dot512<T, 5>(w, nb, x, ldx, xs, ldxs, res);
-    case 6: return dot512<T, 6>(w, nb, x, ldx, xs, ldxs, res);
-    case 7: return dot512<T, 7>(w, nb, x, ldx, xs, ldxs, res);
-    default: return dot512<T, 8>(w, nb, x, ldx, xs, ldxs, res);
-  }
-}
-
-// Many rows: WR weight rows, unpacked once (quant values as floats, d and m per block), against
-// XR activation rows at a time, sharing each loaded x vector across the weight rows. Every
-// (weight row, activation row) pair runs exactly dot512's operations in dot512's order, so the
-// result is bitwise what the few-row path gives.
-template <bool kOffset, int WR, int XR>
-TP_AVX512 void tile512(const float* const* wq, const float* const* wd, const float* const* wm, int64_t nb,
-                       const float* x, int64_t ldx, const float* xs, int64_t ldxs, float* res, int64_t ldres) {
-  __m512 acc[WR][XR];
-  float macc[WR][XR];
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps(), macc[i][j] = 0.0f;
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512 x0[XR], x1[XR];
-    for (int j = 0; j < XR; ++j) {
-      x0[j] = _mm512_loadu_ps(x + j * ldx + b * 32);
-      x1[j] = _mm512_loadu_ps(x + j * ldx + b * 32 + 16);
-    }
-    for (int i = 0; i < WR; ++i) {
-      const __m512 lo = _mm512_loadu_ps(wq[i] + b * 32), hi = _mm512_loadu_ps(wq[i] + b * 32 + 16);
-      const __m512 dv = _mm512_set1_ps(wd[i][b]);
-      for (int j = 0; j < XR; ++j) {
-        __m512 t = _mm512_mul_ps(lo, x0[j]);
-        t = _mm512_fmadd_ps(hi, x1[j], t);
-        acc[i][j] = _mm512_fmadd_ps(t, dv, acc[i][j]);
-        if constexpr (kOffset) macc[i][j] = std::fma(wm[i][b], xs[j * ldxs + b], macc[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) res[i * ldres + j] = _mm512_reduce_add_ps(acc[i][j]) + macc[i][j];
-}
-
-template <bool kOffset, int WR>
-TP_AVX512 void tile512_rows(const float* const* wq, const float* const* wd, const float* const* wm, int64_t nb,
-                            const float* x, int64_t ldx, const float* xs, int64_t ldxs, int rows, float* res,
-                            int64_t ldres) {
-  switch (rows) {
-    case 1: return tile512<kOffset, WR, 1>(wq, wd, wm, nb, x, ldx, xs, ldxs, res, ldres);
-    case 2: return tile512<kOffset, WR, 2>(wq, wd, wm, nb, x, ldx, xs, ldxs, res, ldres);
-    case 3: return tile512<kOffset, WR, 3>(wq, wd, wm, nb, x, ldx, xs, ldxs, res, ldres);
-    default: return tile512<kOffset, WR, 4>(wq, wd, wm, nb, x, ldx, xs, ldxs, res, ldres);
-  }
-}
-
-template <DType T>
-TP_AVX512 void unpack_row512(float* q, float* d, float* m, const void* w, int64_t nb) {
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512 lo, hi;
-    m[b] = 0.0f;
-    unpack512<T>(w, b, lo, hi, d[b], m[b]);
-    _mm512_storeu_ps(q + b * 32, lo);
-    _mm512_storeu_ps(q + b * 32 + 16, hi);
+    default: return dot512<T, 4>(w, nb, x, ldx, xs, ldxs, res);
   }
 }
 
@@ -254,7 +162,7 @@ TP_AVX2 void dot256(const void* w, int64_t nb, const float* x, int64_t ldx, cons
       t = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(xr + 16), t);
       t = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(xr + 24), t);
       acc[r] = _mm256_fmadd_ps(t, dv, acc[r]);
-      if constexpr (T == DType::kQ4_1) macc[r] = std::fma(m, xs[r * ldxs + b], macc[r]);  // explicit: one rounding on every path
+      if constexpr (T == DType::kQ4_1) macc[r] += m * xs[r * ldxs + b];
     }
   }
   for (int r = 0; r < R; ++r) res[r] = hsum256(acc[r]) + macc[r];
@@ -289,31 +197,6 @@ void dot_avx2(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, c
     case DType::kQ4_0: return dot256_rows<DType::kQ4_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
     default: return dot256_rows<DType::kQ4_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
   }
-}
-
-void unpack_row_avx512(float* q, float* d, float* m, const void* w, DType t, int64_t nb) {
-  switch (t) {
-    case DType::kQ8_0: return unpack_row512<DType::kQ8_0>(q, d, m, w, nb);
-    case DType::kQ4_0: return unpack_row512<DType::kQ4_0>(q, d, m, w, nb);
-    default: return unpack_row512<DType::kQ4_1>(q, d, m, w, nb);
-  }
-}
-
-void tile_avx512(const float* const* wq, const float* const* wd, const float* const* wm, int wrows, bool offset,
-                 int64_t nb, const float* x, int64_t ldx, const float* xs, int64_t ldxs, int rows, float* res,
-                 int64_t ldres) {
-  auto go = [&]<bool kOffset>() {
-    switch (wrows) {
-      case 1: return tile512_rows<kOffset, 1>(wq, wd, wm, nb, x, ldx, xs, ldxs, rows, res, ldres);
-      case 2: return tile512_rows<kOffset, 2>(wq, wd, wm, nb, x, ldx, xs, ldxs, rows, res, ldres);
-      case 3: return tile512_rows<kOffset, 3>(wq, wd, wm, nb, x, ldx, xs, ldxs, rows, res, ldres);
-      default: return tile512_rows<kOffset, 4>(wq, wd, wm, nb, x, ldx, xs, ldxs, rows, res, ldres);
-    }
-  };
-  if (offset)
-    go.template operator()<true>();
-  else
-    go.template operator()<false>();
 }
 
 void dequant_f32_avx512(float* out, const void* w, DType t, int64_t nb) {

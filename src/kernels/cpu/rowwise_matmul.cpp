@@ -5,6 +5,7 @@
 // GCC 12 falsely flags the intrinsic headers' undefined-vector idiom in target-attribute
 // functions (its bug 105593); the warning is about the header, not this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include "kernels/cpu/rowwise_matmul.h"
 
 #include <immintrin.h>
@@ -12,10 +13,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/quant.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/quant_unpack_avx512.h"
 
 namespace tensorpar {
 
@@ -29,7 +33,7 @@ struct Operands {
   const float* x;
   int64_t ldx;
   const void* w;
-  int64_t ldw;  // elements between weight rows
+  int64_t ldw;  // elements between weight rows (bytes for block-quantized weights)
   DType wt;
   const float* bias;
   float* out;
@@ -41,10 +45,12 @@ Operands check(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor
   TP_CHECK(in.ndim() == 2 && in.dtype() == DType::kF32 && in.strides()[1] == 1, "[rowwise_matmul_forward] in: got ",
            in.describe(), ", expected f32 (M,K) with unit column stride");
   const DType wt = weight.dtype();
-  TP_CHECK(weight.ndim() == 2 && (wt == DType::kF32 || wt == DType::kBF16 || wt == DType::kF16) &&
-               weight.strides()[1] == 1 && weight.dim(1) == in.dim(1),
-           "[rowwise_matmul_forward] weight: got ", weight.describe(), ", expected f32/bf16/f16 (N,", in.dim(1),
-           ") with unit column stride");
+  const bool quant = dtype_is_quantized(wt);
+  TP_CHECK(weight.ndim() == 2 && (wt == DType::kF32 || wt == DType::kBF16 || wt == DType::kF16 || quant) &&
+               weight.strides()[1] == 1 && weight.dim(1) == in.dim(1) &&
+               (!quant || (weight.dim(1) % kQuantBlock == 0 && weight.strides()[0] % kQuantBlock == 0)),
+           "[rowwise_matmul_forward] weight: got ", weight.describe(), ", expected f32/bf16/f16/q8_0/q4_0/q4_1 (N,",
+           in.dim(1), ") with unit column stride (whole blocks per row when quantized)");
   TP_CHECK(out.ndim() == 2 && out.dtype() == DType::kF32 && out.strides()[1] == 1 && out.dim(0) == in.dim(0) &&
                out.dim(1) == weight.dim(0),
            "[rowwise_matmul_forward] out: got ", out.describe(), ", expected f32 (", in.dim(0), ",", weight.dim(0),
@@ -52,7 +58,8 @@ Operands check(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor
   TP_CHECK(!bias || (bias->ndim() == 1 && bias->dim(0) == weight.dim(0) && bias->dtype() == DType::kF32 &&
                      bias->is_contiguous()),
            "[rowwise_matmul_forward] bias: got ", bias ? bias->describe() : "", ", expected f32[", weight.dim(0), "]");
-  return {in.data<float>(), in.strides()[0], weight.raw(), weight.strides()[0], wt,
+  const int64_t ldw = quant ? weight.strides()[0] / kQuantBlock * dtype_block_bytes(wt) : weight.strides()[0];
+  return {in.data<float>(), in.strides()[0], weight.raw(), ldw, wt,
           bias ? bias->data<float>() : nullptr, out.data<float>(), out.strides()[0], in.dim(0), weight.dim(0),
           in.dim(1)};
 }
@@ -83,35 +90,82 @@ float dot_portable(const float* x, const void* w, DType t, int64_t K) {
 
 // ---- AVX-512 ----
 
-#define TP_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-
-TP_AVX512 inline __m512 load_w16(const void* w, DType t, int64_t k, __mmask16 mask) {
-  if (t == DType::kF32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + k);
-  const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + k);
-  if (t == DType::kBF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+template <DType W>
+TP_AVX512 inline __m512 load_w16(const void* w, int64_t k) {
+  if constexpr (W == DType::kF32) return _mm512_loadu_ps(static_cast<const float*>(w) + k);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k));
+  if constexpr (W == DType::kBF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   return _mm512_cvtph_ps(h);
 }
 
-TP_AVX512 inline float reduce512(__m512 v) {
-  alignas(64) float a[kLanes];
-  _mm512_store_ps(a, v);
-  return reduce16(a);
+template <DType W>
+TP_AVX512 inline __m512 load_w16_masked(const void* w, int64_t k, __mmask16 mask) {
+  if constexpr (W == DType::kF32) return _mm512_maskz_loadu_ps(mask, static_cast<const float*>(w) + k);
+  const __m256i h = _mm256_maskz_loadu_epi16(mask, static_cast<const uint16_t*>(w) + k);
+  if constexpr (W == DType::kBF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
 }
 
-template <int WR, int XR>
+// The 16 lanes summed in reduce16's tree (lanes i and i+8, then i and i+4, i+2, i+1), which is
+// the order _mm512_reduce_add_ps uses: 256-bit halves, 128-bit halves, then within 128 bits.
+TP_AVX512 inline float reduce512(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+// WR weight rows x XR input rows, every dot accumulating chunk after chunk of 16 lanes.
+template <DType W, int WR, int XR>
 TP_AVX512 void block512(const Operands& o, int64_t n0, int64_t m0) {
   __m512 acc[WR][XR];
   for (int i = 0; i < WR; ++i)
     for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
-  const int64_t es = dtype_nbytes(o.wt, 1);
+  const int64_t es = dtype_nbytes(W, 1);
   const char* wbase = static_cast<const char*>(o.w) + n0 * o.ldw * es;
-  for (int64_t k = 0; k < o.K; k += kLanes) {
-    const __mmask16 mask = o.K - k >= kLanes ? __mmask16(0xffff) : __mmask16((1u << (o.K - k)) - 1);
-    __m512 xv[XR];
-    for (int j = 0; j < XR; ++j) xv[j] = _mm512_maskz_loadu_ps(mask, o.x + (m0 + j) * o.ldx + k);
+  const float* xb = o.x + m0 * o.ldx;
+  int64_t k = 0;
+  for (; k + kLanes <= o.K; k += kLanes) {
+    __m512 xv[XR], wv[WR];
+    for (int j = 0; j < XR; ++j) xv[j] = _mm512_loadu_ps(xb + j * o.ldx + k);
+    for (int i = 0; i < WR; ++i) wv[i] = load_w16<W>(wbase + i * o.ldw * es, k);
+    for (int i = 0; i < WR; ++i)
+      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+  }
+  if (k < o.K) {  // the tail: zero lanes add exact zeros
+    const __mmask16 mask = __mmask16((1u << (o.K - k)) - 1);
+    __m512 xv[XR], wv[WR];
+    for (int j = 0; j < XR; ++j) xv[j] = _mm512_maskz_loadu_ps(mask, xb + j * o.ldx + k);
+    for (int i = 0; i < WR; ++i) wv[i] = load_w16_masked<W>(wbase + i * o.ldw * es, k, mask);
+    for (int i = 0; i < WR; ++i)
+      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+  }
+  for (int i = 0; i < WR; ++i)
+    for (int j = 0; j < XR; ++j) {
+      const float b = o.bias ? o.bias[n0 + i] : 0.0f;
+      o.out[(m0 + j) * o.ldo + n0 + i] = reduce512(acc[i][j]) + b;
+    }
+}
+
+// Quantized weights dequantized in registers (w = q * d + m, one fma) for few input rows: the
+// same chunk values and the same fma sequence as block512 over a dequantized buffer, so both
+// give the same bits; this one skips the buffer when there are too few rows to reuse it.
+template <DType T, int WR, int XR>
+TP_AVX512 void qblock512(const Operands& o, int64_t n0, int64_t m0) {
+  __m512 acc[WR][XR];
+  for (int i = 0; i < WR; ++i)
+    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  const char* wbase = static_cast<const char*>(o.w) + n0 * o.ldw;
+  const float* xb = o.x + m0 * o.ldx;
+  for (int64_t b = 0; b < o.K / kQuantBlock; ++b) {
+    __m512 x0[XR], x1[XR];
+    for (int j = 0; j < XR; ++j) {
+      x0[j] = _mm512_loadu_ps(xb + j * o.ldx + b * kQuantBlock);
+      x1[j] = _mm512_loadu_ps(xb + j * o.ldx + b * kQuantBlock + kLanes);
+    }
     for (int i = 0; i < WR; ++i) {
-      const __m512 wv = load_w16(wbase + i * o.ldw * es, o.wt, k, mask);
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+      __m512 lo, hi;
+      float d, m = 0.0f;
+      quant_detail::unpack512<T>(wbase + i * o.ldw, b, lo, hi, d, m);
+      const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
+      const __m512 wlo = _mm512_fmadd_ps(lo, dv, mv), whi = _mm512_fmadd_ps(hi, dv, mv);
+      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wlo, x0[j], acc[i][j]);
+      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(whi, x1[j], acc[i][j]);
     }
   }
   for (int i = 0; i < WR; ++i)
@@ -121,39 +175,97 @@ TP_AVX512 void block512(const Operands& o, int64_t n0, int64_t m0) {
     }
 }
 
-template <int WR>
+template <int WR, template <int, int> class K>
 TP_AVX512 void rows512(const Operands& o, int64_t n0) {
   int64_t m0 = 0;
-  for (; m0 + kXRows <= o.M; m0 += kXRows) block512<WR, kXRows>(o, n0, m0);
+  for (; m0 + kXRows <= o.M; m0 += kXRows) K<WR, kXRows>::run(o, n0, m0);
   switch (o.M - m0) {
-    case 1: block512<WR, 1>(o, n0, m0); break;
-    case 2: block512<WR, 2>(o, n0, m0); break;
-    case 3: block512<WR, 3>(o, n0, m0); break;
+    case 1: K<WR, 1>::run(o, n0, m0); break;
+    case 2: K<WR, 2>::run(o, n0, m0); break;
+    case 3: K<WR, 3>::run(o, n0, m0); break;
     default: break;
   }
 }
 
+template <int WR, template <int, int> class K>
+TP_AVX512 void weight_rows512(const Operands& o, int64_t n0, int64_t wr) {
+  switch (wr) {
+    case 1: rows512<1, K>(o, n0); break;
+    case 2: rows512<2, K>(o, n0); break;
+    case 3: rows512<3, K>(o, n0); break;
+    default: rows512<WR, K>(o, n0); break;
+  }
+}
+
+template <DType W>
+struct Float512 {
+  template <int WR, int XR>
+  struct K {
+    TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { block512<W, WR, XR>(o, n0, m0); }
+  };
+};
+template <DType T>
+struct Quant512 {
+  template <int WR, int XR>
+  struct K {
+    TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { qblock512<T, WR, XR>(o, n0, m0); }
+  };
+};
+
+// Rows at most this many multiply quantized weights dequantized in registers; more rows reuse a
+// dequantized buffer (the dequantization then costs 1/M of the work).
+constexpr int64_t kQuantInRegisterRows = 2;
+
+template <DType T>
+TP_AVX512 void quant_block(const Operands& o, int64_t n0, int64_t wr, std::vector<float>& deq) {
+  if (o.M <= kQuantInRegisterRows) return weight_rows512<kWRows, Quant512<T>::template K>(o, n0, wr);
+  const int64_t nb = o.K / kQuantBlock;
+  for (int64_t i = 0; i < wr; ++i)
+    quant_detail::dequant_f32_avx512(deq.data() + i * o.K, static_cast<const char*>(o.w) + (n0 + i) * o.ldw, T, nb);
+  Operands q = o;
+  q.w = deq.data(), q.ldw = o.K, q.wt = DType::kF32;
+  q.out = o.out + n0, q.bias = o.bias ? o.bias + n0 : nullptr;
+  weight_rows512<kWRows, Float512<DType::kF32>::template K>(q, 0, wr);
+}
+
 TP_AVX512 void run_avx512(const Operands& o) {
   const int64_t blocks = (o.N + kWRows - 1) / kWRows;
-#pragma omp parallel for schedule(static) if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t n0 = b * kWRows;
-    switch (std::min<int64_t>(kWRows, o.N - n0)) {
-      case 1: rows512<1>(o, n0); break;
-      case 2: rows512<2>(o, n0); break;
-      case 3: rows512<3>(o, n0); break;
-      default: rows512<4>(o, n0); break;
+  const bool quant = dtype_is_quantized(o.wt);
+#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
+  {
+    std::vector<float> deq(quant ? size_t(kWRows * o.K) : 0);
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n0 = b * kWRows, wr = std::min<int64_t>(kWRows, o.N - n0);
+      switch (o.wt) {
+        case DType::kF32: weight_rows512<kWRows, Float512<DType::kF32>::template K>(o, n0, wr); break;
+        case DType::kBF16: weight_rows512<kWRows, Float512<DType::kBF16>::template K>(o, n0, wr); break;
+        case DType::kF16: weight_rows512<kWRows, Float512<DType::kF16>::template K>(o, n0, wr); break;
+        case DType::kQ8_0: quant_block<DType::kQ8_0>(o, n0, wr, deq); break;
+        case DType::kQ4_0: quant_block<DType::kQ4_0>(o, n0, wr, deq); break;
+        default: quant_block<DType::kQ4_1>(o, n0, wr, deq); break;
+      }
     }
   }
 }
 
 void run_portable(const Operands& o) {
-  const int64_t es = dtype_nbytes(o.wt, 1);
-#pragma omp parallel for schedule(static) if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  for (int64_t n = 0; n < o.N; ++n) {
-    const void* wrow = static_cast<const char*>(o.w) + n * o.ldw * es;
-    const float b = o.bias ? o.bias[n] : 0.0f;
-    for (int64_t m = 0; m < o.M; ++m) o.out[m * o.ldo + n] = dot_portable(o.x + m * o.ldx, wrow, o.wt, o.K) + b;
+  const bool quant = dtype_is_quantized(o.wt);
+  const int64_t row_bytes = quant ? o.ldw : o.ldw * dtype_nbytes(o.wt, 1);
+#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
+  {
+    std::vector<float> deq(quant ? size_t(o.K) : 0);
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < o.N; ++n) {
+      const void* wrow = static_cast<const char*>(o.w) + n * row_bytes;
+      DType t = o.wt;
+      if (quant) {  // the whole row as f32 weights, then the float dot
+        dequantize_row(deq.data(), wrow, o.wt, o.K);
+        wrow = deq.data(), t = DType::kF32;
+      }
+      const float b = o.bias ? o.bias[n] : 0.0f;
+      for (int64_t m = 0; m < o.M; ++m) o.out[m * o.ldo + n] = dot_portable(o.x + m * o.ldx, wrow, t, o.K) + b;
+    }
   }
 }
 
