@@ -16,8 +16,8 @@
 
 namespace tensorpar {
 
-// This rank's keys and values in fixed-size blocks, every layer: k(l), v(l) are (n_blocks,
-// block_size, NKV_local, HS) f32. Which blocks belong to which sequence is the caller's business
+// This rank's keys and values in fixed-size blocks, every layer: k(l) is (n_blocks, NKV_local,
+// HS, block_size) (keys transposed within a block), v(l) (n_blocks, block_size, NKV_local, HS), f32. Which blocks belong to which sequence is the caller's business
 // (a block table per sequence): one sequence (KvCache below) or many (the serving engine).
 class KvPool {
  public:

@@ -136,16 +136,19 @@ void ParallelAttention::forward_paged(MatmulEngine& eng, Tensor& out, const Tens
       rope_forward(q.data<float>(), q.data<float>(), positions, *rope_, N, NHl);
       rope_forward(k.data<float>(), k.data<float>(), positions, *rope_, N, NKVl);
     }
-    // Each row's key and value go to its slot: block blocks[pos / block_size], row pos % block_size.
+    // Each row's key and value go to its slot: block blocks[pos / block_size], row pos % block_size
+    // (keys transposed within the block, see paged_attention.h).
     const int64_t row = NKVl * HS;
     for (const PagedSeq& s : seqs)
       for (int64_t t = 0; t < s.T; ++t) {
         const int64_t pos = s.pos0 + t, r = s.row_begin + t;
         TP_CHECK(pos / block_size < s.n_blocks, "[ParallelAttention::forward_paged] position ", pos,
                  " beyond the sequence's ", s.n_blocks, " blocks");
-        const int64_t slot = (int64_t(s.blocks[pos / block_size]) * block_size + pos % block_size) * row;
-        std::memcpy(k_pool + slot, scratch.k + r * row, size_t(row) * sizeof(float));
-        std::memcpy(v_pool + slot, scratch.v + r * row, size_t(row) * sizeof(float));
+        const int64_t blk = s.blocks[pos / block_size], off = pos % block_size;
+        std::memcpy(v_pool + (blk * block_size + off) * row, scratch.v + r * row, size_t(row) * sizeof(float));
+        const float* kr = scratch.k + r * row;  // keys transposed within their block
+        float* kt = k_pool + blk * row * block_size + off;
+        for (int64_t i = 0; i < row; ++i) kt[i * block_size] = kr[i];
       }
     PagedAttentionDims d;
     d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.block_size = block_size;

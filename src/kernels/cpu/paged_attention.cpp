@@ -11,12 +11,14 @@
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 
 namespace {
 
 constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+constexpr int64_t kLanes = 16;  // keys scored side by side
 
 PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSeq> seqs, const char* where) {
   PagedAttentionDims d = in;
@@ -31,41 +33,97 @@ PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSe
   return d;
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+
+// Scores of n keys starting at key 0 of a sequence whose blocks hold transposed keys (HS, bs),
+// bs a multiple of kLanes: 16 keys per lane vector, four vectors side by side (independent
+// fma chains, so the loop is not latency-bound). Each key's score is its own fma chain over i.
+inline void scores_transposed(float* scores, const float* q, const float* k_pool, const int32_t* blocks,
+                              int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
+  const int64_t n_chunks = (n + kLanes - 1) / kLanes;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += 4) {
+    const float* ptr[4];
+    for (int64_t c = 0; c < 4; ++c) {
+      const int64_t key0 = std::min(c0 + c, n_chunks - 1) * kLanes;  // unused slots repeat the last
+      ptr[c] = k_pool + (int64_t(blocks[key0 / bs]) * NKV + g) * HS * bs + key0 % bs;
+    }
+    float acc[4][kLanes] = {};
+    for (int64_t i = 0; i < HS; ++i) {
+      const float qi = q[i];
+      for (int64_t c = 0; c < 4; ++c) {
+        const float* kc = ptr[c] + i * bs;
+#pragma omp simd
+        for (int64_t l = 0; l < kLanes; ++l) acc[c][l] = std::fma(qi, kc[l], acc[c][l]);
+      }
+    }
+    for (int64_t c = 0; c < 4 && c0 + c < n_chunks; ++c) {
+      const int64_t key0 = (c0 + c) * kLanes;
+      std::copy(acc[c], acc[c] + std::min(kLanes, n - key0), scores + key0);
+    }
+  }
+}
+
+// The same scores for any block size (tests, short one-sequence caches): key by key.
+inline void scores_any(float* scores, const float* q, const float* k_pool, const int32_t* blocks, int64_t n,
+                       int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* kt = k_pool + (int64_t(blocks[j / bs]) * NKV + g) * HS * bs + j % bs;
+    float a = 0.0f;
+    for (int64_t i = 0; i < HS; ++i) a = std::fma(q[i], kt[i * bs], a);
+    scores[j] = a;
+  }
+}
+
+// o (w) = sum over keys of p_j v_j[i0 .. i0 + w), each element its own fma chain in key order.
+template <int64_t W>
+inline void weighted_values(float* o, const float* p, const float* v_pool, const int32_t* blocks, int64_t n,
+                            int64_t kv_stride, int64_t col, int64_t bs, int64_t w) {
+  float a[W] = {};
+  for (int64_t j = 0; j < n; ++j) {
+    const float pj = p[j];
+    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+    if (w == W) {
+#pragma omp simd
+      for (int64_t l = 0; l < W; ++l) a[l] = std::fma(pj, vr[l], a[l]);
+    } else {
+      for (int64_t l = 0; l < w; ++l) a[l] = std::fma(pj, vr[l], a[l]);
+    }
+  }
+  std::copy(a, a + w, o);
 }
 
 // One query row, the G heads of kv head g: every score of the row first (and its max), then the
 // exponentials and the weighted values in key order. Nothing depends on how keys are grouped
-// into blocks, so a row's result is the same for any block size and any batch. scores: scratch
-// of at least pos + 1 floats.
-void row_group(float* out, const float* q, const float* k_pool, const float* v_pool, const PagedSeq& s,
-               int64_t pos, int64_t g, const PagedAttentionDims& d, float* scores) {
+// into blocks or how rows are batched: each score and each output element is one fma chain in
+// a fixed order. scores: scratch of at least pos + 1 floats.
+TP_VECTOR_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
+                                const PagedSeq& s, int64_t pos, int64_t g, const PagedAttentionDims& d,
+                                float* scores) {
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size;
   const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
   const int64_t n_keys = pos + 1;
-  auto key_row = [&](int64_t j) { return (int64_t(s.blocks[j / bs]) * bs + j % bs) * kv_stride + g * HS; };
   for (int64_t hh = 0; hh < G; ++hh) {
     const int64_t h = g * G + hh;
     const float* qr = q + h * HS;
     float* o = out + h * HS;
+    if (bs % kLanes == 0)
+      scores_transposed(scores, qr, k_pool, s.blocks, n_keys, d.NKV, g, HS, bs);
+    else
+      scores_any(scores, qr, k_pool, s.blocks, n_keys, d.NKV, g, HS, bs);
     float m = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n_keys; ++j) {
-      scores[j] = dot(qr, k_pool + key_row(j), HS) * d.scale;
+      scores[j] *= d.scale;
       m = std::max(m, scores[j]);
     }
-    std::fill(o, o + HS, 0.0f);
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < n_keys; ++j) {
-      const float p = std::exp(scores[j] - m);
-      sum += p;
-      const float* vr = v_pool + key_row(j);
-#pragma omp simd
-      for (int64_t i = 0; i < HS; ++i) o[i] += p * vr[i];
+      scores[j] = fast_exp(scores[j] - m);
+      sum += scores[j];
     }
+    for (int64_t i0 = 0; i0 < HS; i0 += 64)
+      weighted_values<64>(o + i0, scores, v_pool, s.blocks, n_keys, kv_stride, g * HS + i0, bs,
+                          std::min<int64_t>(64, HS - i0));
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
@@ -109,9 +167,12 @@ void paged_attention_forward_naive(float* out, const float* q, const float* k_po
     const int64_t n = s.pos0 + s.T;
     std::vector<float> k(static_cast<size_t>(std::max<int64_t>(1, n * kv_row))), v(k.size());
     for (int64_t p = 0; p < n; ++p) {
-      const int64_t src = (int64_t(s.blocks[p / d.block_size]) * d.block_size + p % d.block_size) * kv_row;
-      std::copy(k_pool + src, k_pool + src + kv_row, k.begin() + p * kv_row);
+      const int64_t blk = s.blocks[p / d.block_size], off = p % d.block_size;
+      const int64_t src = (blk * d.block_size + off) * kv_row;
       std::copy(v_pool + src, v_pool + src + kv_row, v.begin() + p * kv_row);
+      for (int64_t h = 0; h < d.NKV; ++h)
+        for (int64_t i = 0; i < d.HS; ++i)
+          k[size_t(p * kv_row + h * d.HS + i)] = k_pool[((blk * d.NKV + h) * d.HS + i) * d.block_size + off];
     }
     AttentionDims a;
     a.B = 1, a.T = s.T, a.NH = d.NH, a.NKV = d.NKV, a.HS = d.HS, a.pos0 = s.pos0, a.T_kv = n, a.scale = d.scale;

@@ -31,7 +31,9 @@ struct PagedSeq {
   int64_t n_blocks = 0;
 };
 
-// out (N,NH,HS) for the rows of seqs; q (N,NH,HS); k_pool, v_pool (blocks, block_size, NKV, HS).
+// out (N,NH,HS) for the rows of seqs; q (N,NH,HS); k_pool (blocks, NKV, HS, block_size): each
+// block's keys transposed, so a block's scores are block_size independent lanes; v_pool
+// (blocks, block_size, NKV, HS).
 // Parallel over (sequence row, kv head).
 void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
                              std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
