@@ -27,5 +27,6 @@ void add_chat_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_export_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 }  // namespace tensorpar::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   tensorpar::cli::add_perplexity_command(app);
   tensorpar::cli::add_train_command(app);
   tensorpar::cli::add_export_command(app);
+  tensorpar::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

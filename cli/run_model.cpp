@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "comm/timed_communicator.h"
 #include "core/error.h"
 #include "model/load_model.h"
 
@@ -29,7 +30,9 @@ void run_with_model(const CommonOptions& common, const ModelOptions& mopts,
              common.tp, " does not match the MPI world of ", world.size(), " ranks");
     LoadOptions lo;
     lo.float_weights = dtype_from_name(mopts.dtype);
-    auto model = load_model(mopts.model, world, lo);
+    // Every collective of the model goes through a timer (a server reports time in collectives).
+    TimedCommunicator timed(world);
+    auto model = load_model(mopts.model, timed, lo);
     fn(*model);
   });
 }

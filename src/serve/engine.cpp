@@ -5,6 +5,7 @@
 // ranks sleep in the broadcast without reaching the collective timeout.
 #include "serve/engine.h"
 
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <random>
 
+#include "comm/timed_communicator.h"
 #include "core/error.h"
 #include "infer/step_plan.h"
 #include "infer/stop_matcher.h"
@@ -73,7 +75,10 @@ struct Engine::Impl {
   void finish(Engine& e, int64_t id, const std::string& reason, const std::string& error = {});
   void emit(Engine& e, Sequence& s, const RowSample& x);
   void run_leader(Engine& e);
-  void run_follower();
+  void run_follower(Engine& e);
+  // Runs a plan on this rank, then gathers every rank's (collective, compute) seconds of it to
+  // the metrics (one small all_gather; rank 0 records). Collective over tp.
+  std::vector<RowSample> step(Engine& e, StepRunner& runner, const StepPlan& plan);
 };
 
 Engine::Engine(CausalLM& model, const Tokenizer* tokenizer, const EngineOptions& options)
@@ -194,10 +199,11 @@ void Engine::Impl::finish(Engine& e, int64_t id, const std::string& reason, cons
       c.completion_tokens = s->generated();
       c.cached_prompt_tokens = s->cached_prompt_tokens;
     }
-    o.handle->push(std::move(c));
+    // Metrics first: a client that reads /metrics right after its answer sees it counted.
     e.metrics_->e2e.observe(since(o.arrival));
     if (reason == "abort") ++e.metrics_->requests_aborted;
     if (reason == "error") ++e.metrics_->requests_failed;
+    o.handle->push(std::move(c));
     outputs.erase(it);
   }
   sched->finish(id);
@@ -277,27 +283,44 @@ void Engine::Impl::run_leader(Engine& e) {
       Sequence* s = sched->find(r.id);
       if (!s->admitted) m.queue_time.observe(since(outputs.at(r.id).arrival));
     }
-    const auto t0 = Clock::now();
     broadcast_plan(plan, tp);
-    const std::vector<RowSample> samples = runner.run(plan);
-    const double step_s = since(t0);
+    const std::vector<RowSample> samples = step(e, runner, plan);
     m.batch_rows.observe(double(rows));
     ++m.steps;
-    {
-      std::lock_guard lock(m.rank_mu);
-      m.rank_compute_s[0] += step_s;
-    }
     for (auto& [s, x] : sched->apply(plan, samples)) emit(e, *s, *x);
   }
 }
 
-void Engine::Impl::run_follower() {
+std::vector<RowSample> Engine::Impl::step(Engine& e, StepRunner& runner, const StepPlan& plan) {
+  Communicator& tp = model.tp();
+  const auto* timed = dynamic_cast<const TimedCommunicator*>(&tp);
+  const double c0 = timed ? timed->seconds() : 0;
+  const auto t0 = Clock::now();
+  std::vector<RowSample> samples = runner.run(plan);
+  const double total = since(t0), comm = timed ? timed->seconds() - c0 : 0;
+  const int64_t mine[2] = {std::bit_cast<int64_t>(comm), std::bit_cast<int64_t>(total - comm)};
+  std::vector<int64_t> all(size_t(2 * tp.size()));
+  if (tp.size() > 1)
+    tp.all_gather(mine, all.data(), 2, DType::kI64);
+  else
+    all.assign(mine, mine + 2);
+  if (tp.rank() == 0) {
+    std::lock_guard lock(e.metrics_->rank_mu);
+    for (int r = 0; r < tp.size(); ++r) {
+      e.metrics_->rank_comm_s[size_t(r)] += std::bit_cast<double>(all[size_t(2 * r)]);
+      e.metrics_->rank_compute_s[size_t(r)] += std::bit_cast<double>(all[size_t(2 * r + 1)]);
+    }
+  }
+  return samples;
+}
+
+void Engine::Impl::run_follower(Engine& e) {
   Communicator& tp = model.tp();
   StepRunner runner(model, *pool);
   for (;;) {
     const StepPlan plan = broadcast_plan(StepPlan{}, tp);
     if (plan.kind == StepPlan::Kind::kStop) return;
-    if (plan.kind == StepPlan::Kind::kRun) runner.run(plan);
+    if (plan.kind == StepPlan::Kind::kRun) step(e, runner, plan);
   }
 }
 
@@ -310,7 +333,7 @@ void Engine::run() {
     if (leader)
       im.run_leader(*this);
     else
-      im.run_follower();
+      im.run_follower(*this);
     state_ = State::kStopped;
   } catch (const std::exception& ex) {
     state_ = State::kFailed;

@@ -35,8 +35,9 @@ class Histogram {
 struct ServeMetrics {
   ServeMetrics();
   std::string model_name;  // the `model_name` label of every sample (none when empty)
-  // Counters. requests_total counts requests that finished for any reason; success is
-  // requests_total - requests_failed - requests_aborted.
+  // Counters. requests_total: requests accepted by submit. e2e is observed once per request
+  // that finished, whatever the reason (before its last chunk is pushed, so a client that has
+  // its answer sees it counted); successes are e2e.count() - requests_failed - requests_aborted.
   std::atomic<int64_t> requests_total{0}, requests_failed{0}, requests_aborted{0};
   std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0}, preemptions{0};
   std::atomic<int64_t> prefix_query_tokens{0}, prefix_hit_tokens{0};
