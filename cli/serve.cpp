@@ -172,7 +172,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--max-queue", o->engine.max_queue,
                   "Waiting requests beyond which requests get 429")
-      ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30))
       ->capture_default_str();
   cmd->add_option("--grace", o->grace_s,
                   "Seconds running requests get to finish after SIGINT/SIGTERM")

@@ -80,8 +80,9 @@ class ParallelAttention {
 
   // Inference for the rows of a batch of sequences (CausalLM::forward_batch): x (N, C) -> out
   // (N, C) Replicated. positions (N): each row's position; seqs: each sequence's rows and block
-  // table; the new keys/values are written into this layer's pool blocks (k_pool, v_pool:
-  // (blocks, block_size, NKV_local, HS)) before attention reads them.
+  // table; the new keys/values are written into this layer's pool blocks (k_pool
+  // (blocks, NKV_local, HS, block_size), keys transposed within a block; v_pool (blocks,
+  // block_size, NKV_local, HS)) before attention reads them.
   void forward_paged(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
                      std::span<const PagedSeq> seqs, float* k_pool, float* v_pool, int64_t block_size,
                      const AttentionScratch& scratch, Communicator& tp) const;

@@ -13,7 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <random>
+#include <cmath>
 
 #include "comm/timed_communicator.h"
 #include "core/error.h"
@@ -64,6 +64,7 @@ struct Engine::Impl {
   std::mutex mu;  // guards incoming, next_id, stopping, deadline
   std::condition_variable cv;
   std::deque<std::pair<std::unique_ptr<Sequence>, Output>> incoming;
+  int64_t queued = 0;  // the scheduler's waiting sequences, as of the loop's last look
   int64_t next_id = 1;
   bool stopping = false;
   Clock::time_point deadline;
@@ -93,7 +94,8 @@ Engine::Engine(CausalLM& model, const Tokenizer* tokenizer, const EngineOptions&
   const int64_t model_ctx = c.max_position > 0 ? c.max_position : 4096;
   ctx_ = o.ctx > 0 ? o.ctx : std::min<int64_t>(model_ctx, 4096);
   TP_CHECK(ctx_ >= 2 && (c.family != ArchFamily::kGpt2 || ctx_ <= c.max_position), "[Engine] context ", ctx_,
-           " must be in [2, ", model_ctx, "] for this model");
+           c.family == ArchFamily::kGpt2 ? " must be in [2, " + std::to_string(model_ctx) + "] for this model"
+                                         : std::string(" must be at least 2"));
   // Every rank sizes the pool for the rank holding the most kv heads, so block ids agree.
   int64_t bpt = model.kv_bytes_per_token();
   if (tp.size() > 1) tp.all_reduce(&bpt, &bpt, 1, DType::kI64, ReduceOp::kMax);
@@ -129,7 +131,13 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const
       throw SubmitError(400, "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                  std::to_string(V) + ")");
   if (params.max_tokens < 1) throw SubmitError(400, "max_tokens must be at least 1");
-  if (int64_t(prompt.size()) + params.max_tokens > ctx_)
+  const SamplingParams& sp = params.sampling;
+  if (!(sp.temperature >= 0 && std::isfinite(sp.temperature)) || !(sp.top_p > 0 && sp.top_p <= 1) ||
+      !(sp.min_p >= 0 && sp.min_p < 1) || sp.top_k < 0 || params.top_logprobs > 20 ||
+      !std::isfinite(params.frequency_penalty) || !std::isfinite(params.presence_penalty))
+    throw SubmitError(400, "sampling parameters out of range: temperature >= 0, top_p in (0, 1], min_p in [0, 1), "
+                           "top_k >= 0, top_logprobs <= 20, finite penalties");
+  if (params.max_tokens > ctx_ - int64_t(prompt.size()))
     throw SubmitError(400, "this model's context is " + std::to_string(ctx_) + " tokens; the prompt has " +
                                std::to_string(prompt.size()) + " tokens and max_tokens is " +
                                std::to_string(params.max_tokens) + " (" +
@@ -138,10 +146,9 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const
   seq->n_prompt = int64_t(prompt.size());
   seq->tokens = std::move(prompt);
   seq->params = params;
-  if (params.sampling.seed != 0)
-    seq->rng.seed(params.sampling.seed);
-  else
-    seq->rng.seed(std::random_device{}());
+  // top_k at or above the vocabulary keeps every token: off (and no top-k sized buffers).
+  if (seq->params.sampling.top_k >= V) seq->params.sampling.top_k = 0;
+  seq->rng.seed(params.sampling.seed);  // the caller's seed, 0 included (HTTP draws one if none)
   Output out;
   out.arrival = Clock::now();
   out.decoder.emplace(*im.tok);
@@ -153,7 +160,7 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const
     if (st != State::kRunning && st != State::kStarting)
       throw SubmitError(503, st == State::kFailed ? "the engine failed" : "the server is shutting down");
     if (im.stopping) throw SubmitError(503, "the server is shutting down");
-    if (metrics_->waiting.load() + int64_t(im.incoming.size()) >= im.opts.max_queue)
+    if (im.queued + int64_t(im.incoming.size()) >= im.opts.max_queue)
       throw SubmitError(429, "the queue is full (" + std::to_string(im.opts.max_queue) + " waiting requests)");
     seq->id = im.next_id++;
     handle = std::make_shared<RequestHandle>(seq->id);
@@ -255,6 +262,7 @@ void Engine::Impl::run_leader(Engine& e) {
         sched->add(std::move(seq));
         incoming.pop_front();
       }
+      queued = sched->waiting();
       if (stopping && (Clock::now() >= deadline || (sched->running() == 0 && sched->waiting() == 0))) stop_now = true;
     }
     for (int64_t id : sched->ids())
@@ -267,12 +275,16 @@ void Engine::Impl::run_leader(Engine& e) {
       return;
     }
     const StepPlan plan = sched->plan();
+    {
+      std::lock_guard lock(mu);
+      queued = sched->waiting();
+    }
     m.running = sched->running();
     m.waiting = sched->waiting();
     m.kv_blocks_used = sched->blocks().used_blocks();
     m.preemptions = sched->preemptions();
-    m.prefix_query_tokens = sched->blocks().prefix_query_tokens();
-    m.prefix_hit_tokens = sched->blocks().prefix_hit_tokens();
+    m.prefix_query_tokens = sched->prefix_query_tokens();
+    m.prefix_hit_tokens = sched->prefix_hit_tokens();
     if (plan.kind != StepPlan::Kind::kRun) {
       broadcast_plan(plan, tp);
       continue;
@@ -287,7 +299,13 @@ void Engine::Impl::run_leader(Engine& e) {
     const std::vector<RowSample> samples = step(e, runner, plan);
     m.batch_rows.observe(double(rows));
     ++m.steps;
-    for (auto& [s, x] : sched->apply(plan, samples)) emit(e, *s, *x);
+    for (auto& [s, x] : sched->apply(plan, samples)) {
+      try {
+        emit(e, *s, *x);
+      } catch (const std::exception& ex) {  // e.g. a token the tokenizer cannot spell: this request only
+        if (outputs.count(s->id)) finish(e, s->id, "error", ex.what());
+      }
+    }
   }
 }
 
@@ -342,6 +360,8 @@ void Engine::run() {
       for (auto& [seq, out] : im.incoming) im.outputs.emplace(seq->id, std::move(out));
       im.incoming.clear();
       for (auto& [id, out] : im.outputs) {
+        ++metrics_->requests_failed;
+        metrics_->e2e.observe(since(out.arrival));
         StreamChunk c;
         c.finished = true;
         c.finish_reason = "error";

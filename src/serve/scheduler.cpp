@@ -130,7 +130,11 @@ StepPlan Scheduler::plan() {
     s->blocks = std::move(hit);
     s->computed = int64_t(s->blocks.size()) * options_.block_size;
     s->committed = int64_t(s->blocks.size());
-    if (!s->admitted) s->cached_prompt_tokens = s->computed;
+    if (!s->admitted) {
+      s->cached_prompt_tokens = s->computed;
+      prefix_query_ += s->n_prompt;
+      prefix_hit_ += s->computed;
+    }
     running_.insert(std::upper_bound(running_.begin(), running_.end(), s,
                                      [](const Sequence* a, const Sequence* b) { return a->id < b->id; }),
                     s);

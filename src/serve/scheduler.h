@@ -66,6 +66,9 @@ class Scheduler {
   int64_t running() const { return int64_t(running_.size()); }
   int64_t waiting() const { return int64_t(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  // Prefix-cache use over admitted sequences: prompt tokens looked up, and found.
+  int64_t prefix_query_tokens() const { return prefix_query_; }
+  int64_t prefix_hit_tokens() const { return prefix_hit_; }
   const BlockManager& blocks() const { return blocks_; }
   const SchedulerOptions& options() const { return options_; }
 
@@ -83,6 +86,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // in arrival (id) order
   std::deque<Sequence*> waiting_;
   int64_t preemptions_ = 0;
+  int64_t prefix_query_ = 0, prefix_hit_ = 0;
 };
 
 }  // namespace tensorpar

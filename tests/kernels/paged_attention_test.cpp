@@ -18,7 +18,7 @@ namespace {
 
 using testing::Rng;
 
-constexpr int64_t NH = 6, NKV = 2, HS = 16, BS = 4;
+constexpr int64_t NH = 6, NKV = 2, HS = 16, BS = 4;  // the generic paths (block size not a multiple of 16)
 
 struct Batch {
   std::vector<std::vector<int32_t>> tables;
@@ -67,6 +67,54 @@ TEST(PagedAttention, MatchesNaive) {
   paged_attention_forward(got.data(), q.data(), k.data(), v.data(), b.seqs, dims());
   paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), b.seqs, dims());
   EXPECT_LE(testing::max_abs_diff(got, want), 1e-5);
+}
+
+// The server's shapes: 16- and 32-token blocks (the 16-lane transposed score path), head sizes
+// 64 (whole 64-wide value accumulators) and 80 (a 16-wide tail), 150+ keys.
+TEST(PagedAttention, MatchesNaiveAtServingShapes) {
+  Rng rng(13);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (int64_t bs : {16, 32})
+    for (int64_t hs : {64, 80}) {
+      SCOPED_TRACE("block " + std::to_string(bs) + " HS " + std::to_string(hs));
+      const int64_t n_blocks = 40;
+      std::vector<float> k = rng.uniform_vec(size_t(n_blocks * bs * NKV * hs)), v = rng.uniform_vec(k.size());
+      std::vector<int32_t> pool(n_blocks);
+      std::iota(pool.begin(), pool.end(), 0);
+      std::shuffle(pool.begin(), pool.end(), rng.gen());
+      std::vector<std::vector<int32_t>> tables;
+      std::vector<PagedSeq> seqs;
+      int64_t rows = 0;
+      for (auto [pos0, T] : std::vector<std::pair<int64_t, int64_t>>{{150, 1}, {0, 37}, {64, 3}, {200, 1}}) {
+        tables.emplace_back();
+        for (int64_t i = 0; i < (pos0 + T + bs - 1) / bs; ++i) {
+          tables.back().push_back(pool.back());
+          pool.pop_back();
+        }
+      }
+      size_t i = 0;
+      for (auto [pos0, T] : std::vector<std::pair<int64_t, int64_t>>{{150, 1}, {0, 37}, {64, 3}, {200, 1}}) {
+        PagedSeq s;
+        s.row_begin = rows, s.T = T, s.pos0 = pos0, s.blocks = tables[i].data(), s.n_blocks = int64_t(tables[i].size());
+        seqs.push_back(s);
+        rows += T;
+        ++i;
+      }
+      PagedAttentionDims d;
+      d.NH = NH, d.NKV = NKV, d.HS = hs, d.block_size = bs;
+      std::vector<float> q = rng.uniform_vec(size_t(rows * NH * hs));
+      std::vector<float> got(q.size(), NAN), want(q.size(), NAN), alone(q.size(), NAN);
+      paged_attention_forward(got.data(), q.data(), k.data(), v.data(), seqs, d);
+      paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), seqs, d);
+      EXPECT_LE(testing::max_abs_diff(got, want), 1e-5);
+      // Each sequence alone gives its rows bitwise.
+      for (const PagedSeq& s : seqs) {
+        PagedSeq one = s;
+        paged_attention_forward(alone.data(), q.data(), k.data(), v.data(), std::span<const PagedSeq>(&one, 1), d);
+        const size_t b = size_t(s.row_begin * NH * hs), e = size_t((s.row_begin + s.T) * NH * hs);
+        EXPECT_EQ(0, std::memcmp(alone.data() + b, got.data() + b, (e - b) * sizeof(float))) << "rows at " << s.row_begin;
+      }
+    }
 }
 
 TEST(PagedAttention, BatchAndChunkInvariant) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -18,6 +19,14 @@ namespace tensorpar {
 namespace {
 
 constexpr int64_t kMinParallelWork = int64_t(1) << 15;
+
+// Like TP_VECTOR_CLONES (fast_math.h), with FMA in the AVX2 clone: every score and output is an
+// fma chain, which without it would be a libm call per element.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#define TP_FMA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
+#else
+#define TP_FMA_CLONES
+#endif
 constexpr int64_t kLanes = 16;  // keys scored side by side
 
 PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSeq> seqs, const char* where) {
@@ -95,7 +104,7 @@ inline void weighted_values(float* o, const float* p, const float* v_pool, const
 // exponentials and the weighted values in key order. Nothing depends on how keys are grouped
 // into blocks or how rows are batched: each score and each output element is one fma chain in
 // a fixed order. scores: scratch of at least pos + 1 floats.
-TP_VECTOR_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
+TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
                                 const PagedSeq& s, int64_t pos, int64_t g, const PagedAttentionDims& d,
                                 float* scores) {
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size;
@@ -147,14 +156,15 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const int64_t items = int64_t(rows.size()) * d.NKV, row_stride = d.NH * d.HS;
 #pragma omp parallel if (keys * d.NH * d.HS > kMinParallelWork)
   {
-    std::vector<float> scores(static_cast<size_t>(max_keys));
+    // 64-byte aligned, so no vector loop over it is ever peeled differently for another batch.
+    std::vector<float> scores_buf(size_t(max_keys + 16));
+    float* scores = scores_buf.data() + (16 - (reinterpret_cast<uintptr_t>(scores_buf.data()) / 4) % 16) % 16;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < items; ++it) {
       const auto [si, t] = rows[size_t(it / d.NKV)];
       const PagedSeq& s = seqs[size_t(si)];
       const int64_t r = s.row_begin + t;
-      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d,
-                scores.data());
+      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d, scores);
     }
   }
 }
