@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <algorithm>
 #include <cmath>
 
 #include "comm/timed_communicator.h"
@@ -35,6 +36,34 @@ struct Output {
   std::optional<StopMatcher> matcher;
   Clock::time_point arrival, last_token;
   bool first_token = false;
+};
+
+// Chunked prefill paced for the decode streams (Sarathi-Serve's idea): from measured step times
+// it keeps a step that carries prompt rows within kItlRatio x a decode-only step, so running
+// streams' inter-token latency stays steady while long prompts keep arriving. Estimates are
+// running averages: a decode-only step's time, and the extra time per prompt row.
+class StepPacer {
+ public:
+  static constexpr double kItlRatio = 2.0;
+  static constexpr int64_t kMinChunk = 16;  // prompts always advance by at least this much
+
+  int64_t prefill_cap(int64_t max_batch_tokens) const {
+    if (decode_s_ <= 0 || row_s_ <= 0) return max_batch_tokens;  // not measured yet
+    const double rows = (kItlRatio - 1.0) * decode_s_ / row_s_;
+    return std::clamp<int64_t>(int64_t(rows), kMinChunk, max_batch_tokens);
+  }
+  void observe(double step_s, int64_t decode_rows, int64_t prefill_rows) {
+    constexpr double a = 0.2;
+    if (prefill_rows == 0) {
+      decode_s_ = decode_s_ <= 0 ? step_s : (1 - a) * decode_s_ + a * step_s;
+    } else if (decode_s_ > 0) {
+      const double per_row = std::max(0.0, step_s - (decode_rows > 0 ? decode_s_ : 0.0)) / double(prefill_rows);
+      row_s_ = row_s_ <= 0 ? per_row : (1 - a) * row_s_ + a * per_row;
+    }
+  }
+
+ private:
+  double decode_s_ = 0, row_s_ = 0;
 };
 
 int64_t pool_blocks(const EngineOptions& o, int64_t ctx, int64_t bytes_per_token) {
@@ -246,6 +275,7 @@ void Engine::Impl::emit(Engine& e, Sequence& s, const RowSample& x) {
 void Engine::Impl::run_leader(Engine& e) {
   Communicator& tp = model.tp();
   StepRunner runner(model, *pool);
+  StepPacer pacer;
   ServeMetrics& m = *e.metrics_;
   std::vector<double> times(size_t(2 * tp.size()));
   for (;;) {
@@ -274,7 +304,7 @@ void Engine::Impl::run_leader(Engine& e) {
       broadcast_plan(stop, tp);
       return;
     }
-    const StepPlan plan = sched->plan();
+    const StepPlan plan = sched->plan(pacer.prefill_cap(opts.max_batch_tokens));
     {
       std::lock_guard lock(mu);
       queued = sched->waiting();
@@ -295,8 +325,14 @@ void Engine::Impl::run_leader(Engine& e) {
       Sequence* s = sched->find(r.id);
       if (!s->admitted) m.queue_time.observe(since(outputs.at(r.id).arrival));
     }
+    int64_t prefill_rows = 0;
+    for (const StepSeq& r : plan.seqs)
+      if (r.pos0 + int64_t(r.tokens.size()) < int64_t(sched->find(r.id)->tokens.size()) || r.tokens.size() > 1)
+        prefill_rows += int64_t(r.tokens.size());
     broadcast_plan(plan, tp);
+    const auto t_step = Clock::now();
     const std::vector<RowSample> samples = step(e, runner, plan);
+    pacer.observe(since(t_step), rows - prefill_rows, prefill_rows);
     m.batch_rows.observe(double(rows));
     ++m.steps;
     for (auto& [s, x] : sched->apply(plan, samples)) {

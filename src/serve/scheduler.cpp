@@ -84,7 +84,7 @@ StepSeq Scheduler::row(Sequence& s, int64_t n) {
   return r;
 }
 
-StepPlan Scheduler::plan() {
+StepPlan Scheduler::plan(int64_t prefill_cap) {
   StepPlan p;
   int64_t budget = options_.max_batch_tokens;
   std::vector<std::pair<Sequence*, int64_t>> picked;  // (sequence, rows), plan order
@@ -106,6 +106,7 @@ StepPlan Scheduler::plan() {
     picked.emplace_back(s, 1);
     --budget;
   }
+  if (!picked.empty()) budget = std::min(budget, std::max<int64_t>(1, prefill_cap));
   // 2. Prefill chunks of running prompts (arrival order).
   for (Sequence* s : running_) {
     const int64_t pending = int64_t(s->tokens.size()) - s->computed;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <deque>
 #include <map>
 #include <memory>
@@ -52,8 +53,10 @@ class Scheduler {
 
   // Queues a sequence (FIFO).
   void add(std::unique_ptr<Sequence> seq);
-  // The next step; kIdle with no sequences when nothing can run.
-  StepPlan plan();
+  // The next step; kIdle with no sequences when nothing can run. prefill_cap: prompt rows at
+  // most in a step that also has decode rows (keeps those streams' inter-token latency down;
+  // a step without decode rows may fill max_batch_tokens).
+  StepPlan plan(int64_t prefill_cap = std::numeric_limits<int64_t>::max());
   // After the step ran: advances the sequences of `plan`, appends their sampled tokens, and
   // registers newly full blocks in the prefix cache. Returns the sequences that got a token,
   // with it, in plan order.

@@ -73,6 +73,20 @@ TEST(Scheduler, DecodeRowsComeFirstAndPromptsFillTheRest) {
   EXPECT_FALSE(p.seqs[1].sample);
 }
 
+TEST(Scheduler, PrefillCapAppliesOnlyBesideDecodeRows) {
+  Scheduler s(opts(4, 64, 32));
+  s.add(make_seq(1, 20));
+  const StepPlan alone = s.plan(/*prefill_cap=*/3);  // no decode rows: the whole budget
+  ASSERT_EQ(alone.seqs.size(), 1u);
+  EXPECT_EQ(alone.seqs[0].tokens.size(), 20u);
+  step(s, alone);
+  s.add(make_seq(2, 20, /*first=*/50));
+  const StepPlan p = s.plan(/*prefill_cap=*/3);
+  ASSERT_EQ(p.seqs.size(), 2u);
+  EXPECT_EQ(p.seqs[0].tokens.size(), 1u);  // seq 1 decodes
+  EXPECT_EQ(p.seqs[1].tokens.size(), 3u);  // seq 2's chunk is capped
+}
+
 TEST(Scheduler, RunningSequencesAreCapped) {
   Scheduler s(opts(2, 64, 64));
   for (int64_t id = 1; id <= 3; ++id) s.add(make_seq(id, 2));
