@@ -342,6 +342,9 @@ void Engine::Impl::run_leader(Engine& e) {
         if (outputs.count(s->id)) finish(e, s->id, "error", ex.what());
       }
     }
+    m.running = sched->running();  // requests that just finished no longer count
+    m.waiting = sched->waiting();
+    m.kv_blocks_used = sched->blocks().used_blocks();
   }
 }
 
