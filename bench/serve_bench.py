@@ -24,7 +24,7 @@ Modes (each prints a table; --json FILE writes every measurement):
                            sent one at a time: the first (cold) TTFT against the median warm one
                            (prefix caching).
 
-Usage: PY=$(tools/serve_venv.sh) && "$PY" bench/serve_bench.py --base-url http://127.0.0.1:8080/v1 \
+Usage: PY=$(tools/venv.sh serve) && "$PY" bench/serve_bench.py --base-url http://127.0.0.1:8080/v1 \
            [--concurrency 1,4,16,64] [--max-tokens 64] [--json out.json]
 """
 import argparse

@@ -9,7 +9,7 @@
 # Usage: bench/serve_bench.sh [--bin build/bin/tensorpar] [--out serve_bench.json] [--no-llama]
 #                             [--only tp1|tp2|llama] [--ctx 2048] [--cpus 0,1] [-- serve_bench.py args]
 #   e.g. bench/serve_bench.sh --out /tmp/sb.json -- --concurrency 1,4,16,64 --max-tokens 64
-# Needs: tools/serve_venv.sh (aiohttp), tools/fetch_model.sh, bench/build_llama_server.sh (builds
+# Needs: tools/venv.sh serve (aiohttp), tools/fetch_model.sh, bench/build_llama_server.sh (builds
 # llama-server from the llama-cpp-python sdist on first use: 15-30 minutes on 2 cores).
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +35,7 @@ done
 BENCH_ARGS=("$@")
 NTHREADS=$(( $(tr ',' '\n' <<<"$CPUS" | wc -l) ))
 
-PY="$(bash "$REPO/tools/serve_venv.sh")"
+PY="$(bash "$REPO/tools/venv.sh" serve)"
 MODEL="$(bash "$REPO/tools/fetch_model.sh" --quiet)"
 [[ -x "$BIN" ]] || { echo "serve_bench.sh: no $BIN (build first)" >&2; exit 1; }
 LLAMA_BIN=""

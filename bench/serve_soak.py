@@ -10,7 +10,7 @@ with stop strings or logprobs, and every 7th stream dropped by the client after 
 (the server must abort it: those count as `dropped`, not failed).
 
 Either attach to a running server (--base-url and --pid), or let the script start one:
-  PY=$(tools/serve_venv.sh)
+  PY=$(tools/venv.sh serve)
   "$PY" bench/serve_soak.py --bin build/bin/tensorpar --model models/SmolLM2-135M-Instruct.Q4_1.gguf \
       --tp 2 --duration 1800
   "$PY" bench/serve_soak.py --base-url http://127.0.0.1:8080/v1 --pid $(pgrep -f llama-server) ...

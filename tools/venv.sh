@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# Creates (on demand) the Python venv for tools/ at <repo>/.venv with tools/requirements.txt and
-# prints its python path. Idempotent: a stamp file records the installed requirements.
+# Creates (on demand) a Python venv and prints its python path. Idempotent: a stamp file records
+# the installed requirements.
+#   tools/venv.sh         <repo>/.venv with tools/requirements.txt (torch, transformers, gguf, ...:
+#                         fixture makers, references, plots; torch pulls ~3 GB of wheels)
+#   tools/venv.sh serve   <repo>/.venv-serve with tools/requirements-serve.txt (openai, pytest,
+#                         selenium, aiohttp; no torch): the server tests and benchmarks
 # Usage: PY=$(tools/venv.sh) && "$PY" tools/make_fixtures.py
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
-VENV="$REPO/.venv"
-REQ="$REPO/tools/requirements.txt"
-STAMP="$VENV/.tools-requirements"
+case "${1:-}" in
+  "") VENV="$REPO/.venv"; REQ="$REPO/tools/requirements.txt" ;;
+  serve) VENV="${SERVE_VENV:-$REPO/.venv-serve}"; REQ="$REPO/tools/requirements-serve.txt" ;;
+  *) echo "usage: $0 [serve]" >&2; exit 2 ;;
+esac
+STAMP="$VENV/.requirements"
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "venv: creating $VENV" >&2
   python3 -m venv "$VENV" >&2
 fi
 if ! cmp -s "$REQ" "$STAMP"; then
-  echo "venv: installing $(grep -cv '^#' "$REQ") packages (torch pulls ~3 GB of CUDA wheels)" >&2
-  "$VENV/bin/pip" install -r "$REQ" >&2
+  echo "venv: installing $(grep -cv '^\s*\(#\|$\)' "$REQ") packages into $VENV" >&2
+  "$VENV/bin/pip" install -q --disable-pip-version-check -r "$REQ" >&2
   cp "$REQ" "$STAMP"
 fi
 echo "$VENV/bin/python"

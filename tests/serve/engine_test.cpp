@@ -10,9 +10,9 @@
 #include <optional>
 #include <thread>
 
-#include "comm/launch.h"
 #include "infer/generate.h"
 #include "model/load_model.h"
+#include "model/model_test_util.h"
 #include "model/tokenizer_loader.h"
 #include "serve/engine.h"
 
@@ -27,14 +27,6 @@ constexpr bool kSanitized = false;
 
 std::string model_path() { return std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
-void run_ranks(int n, const std::function<void(Communicator&)>& fn) {
-  LaunchConfig cfg;
-  cfg.backend = Backend::kThreads;
-  cfg.n_ranks = n;
-  cfg.threads_per_rank = 1;
-  cfg.comm.timeout_s = 120;
-  launch_ranks(cfg, fn);
-}
 
 // Runs fn on a thread that is always joined (also when run() throws on this rank).
 class Client {
@@ -88,7 +80,7 @@ TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
     std::vector<Collected> got(prompts.size());
     std::vector<std::vector<int32_t>> want(prompts.size());
     int64_t preemptions = 0;
-    run_ranks(tp, [&](Communicator& world) {
+    testing::run_model_ranks(tp, [&](Communicator& world) {
       auto m = load_model(model_path(), world);
       const bool leader = world.rank() == 0;
       // Alone, one after another, through the one-sequence generation loop.
@@ -142,7 +134,7 @@ TEST(Engine, StopStringsCancellationAndBadRequests) {
   if (kSanitized) GTEST_SKIP() << "too slow under sanitizers";
   const Tokenizer tok = load_tokenizer(model_path());
   const std::vector<int32_t> prompt = tok.encode("The capital of France is Paris. The capital of Italy is");
-  run_ranks(2, [&](Communicator& world) {
+  testing::run_model_ranks(2, [&](Communicator& world) {
     auto m = load_model(model_path(), world);
     const bool leader = world.rank() == 0;
     EngineOptions o;
