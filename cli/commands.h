@@ -8,7 +8,7 @@
 
 namespace tensorpar::cli {
 
-// Options every subcommand that runs ranks shares (ARCHITECTURE.md section 7).
+// Options every subcommand that runs ranks shares.
 struct CommonOptions {
   std::string backend = "threads";
   int tp = 1;

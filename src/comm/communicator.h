@@ -1,4 +1,4 @@
-// The Communicator: the only way ranks meet (ARCHITECTURE.md section 3). Narrow and
+// The Communicator: the only way ranks meet. Narrow and
 // synchronous; every call has a timeout (CommOptions) and fails with an Error naming the op,
 // the group and the rank at fault instead of hanging. Buffers are host memory for threads/mpi
 // and device memory for nccl; counts are in elements of `dtype`.

@@ -1,4 +1,4 @@
-// Errors, per STYLE.md: caller mistakes throw tensorpar::Error with a bracketed location
+// Errors: caller mistakes throw tensorpar::Error with a bracketed location
 // ("[load_safetensors] header length ... exceeds file size ..."); broken internal invariants
 // abort with file:line. TP_CHECK messages are built lazily, only when the check fails.
 #pragma once

@@ -1,4 +1,4 @@
-// DeviceMesh: the world cut into TP, DP, EP and PP groups (ARCHITECTURE.md section 1). Rank
+// DeviceMesh: the world cut into TP, DP, EP and PP groups. Rank
 // order follows Megatron/torchtitan: TP varies fastest (neighbours share a node), then DP, then
 // PP: world rank = tp_rank + tp * (dp_rank + dp * pp_rank). EP groups are carved out of DP:
 // expert-parallel peers are `ep` consecutive DP ranks (ep must divide dp).

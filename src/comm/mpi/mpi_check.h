@@ -1,4 +1,4 @@
-// Checked wrappers around the MPI C API (STYLE.md rule 5): every return code goes through
+// Checked wrappers around the MPI C API: every return code goes through
 // mpi_check, which turns a failure into a tensorpar::Error carrying MPI's own message.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Checked wrappers for the CUDA runtime and NCCL (STYLE.md rule 5): a failed call becomes a
+// Checked wrappers for the CUDA runtime and NCCL: a failed call becomes a
 // tensorpar::Error carrying the library's own message.
 #pragma once
 
