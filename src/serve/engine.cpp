@@ -319,16 +319,12 @@ void Engine::Impl::run_leader(Engine& e) {
       broadcast_plan(plan, tp);
       continue;
     }
-    int64_t rows = 0;
+    int64_t rows = 0, prefill_rows = 0;  // prompt rows: all but the one-token rows that sample (decode)
     for (const StepSeq& r : plan.seqs) {
       rows += int64_t(r.tokens.size());
-      Sequence* s = sched->find(r.id);
-      if (!s->admitted) m.queue_time.observe(since(outputs.at(r.id).arrival));
+      if (!(r.sample && r.tokens.size() == 1)) prefill_rows += int64_t(r.tokens.size());
+      if (!sched->find(r.id)->admitted) m.queue_time.observe(since(outputs.at(r.id).arrival));
     }
-    int64_t prefill_rows = 0;
-    for (const StepSeq& r : plan.seqs)
-      if (r.pos0 + int64_t(r.tokens.size()) < int64_t(sched->find(r.id)->tokens.size()) || r.tokens.size() > 1)
-        prefill_rows += int64_t(r.tokens.size());
     broadcast_plan(plan, tp);
     const auto t_step = Clock::now();
     const std::vector<RowSample> samples = step(e, runner, plan);
