@@ -127,7 +127,7 @@ def main():
             "prefill_tok_s": med([r["prefill_tok_s"] for r in raw[e]["prefill"]]),
             "decode_tokens": raw[e]["decode"][0]["tokens"],
             "prompt_tokens": raw[e]["prefill"][0]["prompt_tokens"],
-            "mem_mb_per_rank": raw[e]["decode"][0].get("peak_rss_mb_per_rank"),
+            "mem_mb_per_rank": raw[e]["decode"][0].get("weights_kv_mb_per_rank"),
         }
     for name, tp, _ in TP_CONFIGS:
         summary[name]["weight_bytes_per_rank"], file_bytes = tensorpar_weight_bytes(a.bin, a.model, tp)

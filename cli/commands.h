@@ -17,8 +17,10 @@ struct CommonOptions {
 };
 void add_common_options(CLI::App& cmd, CommonOptions& opts);
 
-// --max-tokens, --temperature, --top-k, --top-p, --min-p, --seed, --stop (generate and chat).
+// -n/--max-tokens, --temperature, --top-k, --top-p, --min-p, --seed, --stop (generate and chat).
 void add_sampling_options(CLI::App& cmd, GenerateOptions& gen);
+// One warning line on stderr when sampling flags were given that greedy decoding ignores.
+void warn_inert_sampling(const CLI::App& cmd, const GenerateOptions& gen, const char* command);
 
 void add_bench_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
@@ -28,5 +30,6 @@ void add_perplexity_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_export_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace tensorpar::cli

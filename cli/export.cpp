@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "io/sharded_checkpoint.h"
 #include "train/hf_export.h"
 
@@ -17,6 +18,7 @@ struct ExportOptions {
 };
 
 void run_export(const ExportOptions& o) {
+  TP_CHECK(fs::exists(o.checkpoint), "[export] --checkpoint ", o.checkpoint, ": no such directory");
   const int64_t n = export_hf(o.checkpoint, o.out);
   const ShardedCheckpointReader r(o.checkpoint);
   std::string note = "";

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/run_model.h"
 #include "io/gguf.h"
 #include "model/load_model.h"
 #include "model/shard_plan.h"
@@ -19,7 +20,11 @@ struct InspectOptions {
 };
 
 void run_inspect(const InspectOptions& o) {
+  ModelOptions paths;
+  paths.model = o.model;
+  check_model_paths(paths, "inspect", /*needs_tokenizer=*/false);
   const ModelConfig config = read_model_config(o.model);
+  check_tp_size(o.common.tp, config, "inspect");
   const auto store = open_tensor_store(o.model);
   const auto plan = shard_plan(config, store->tensors(), o.common.tp);
   const int tp = o.common.tp;
@@ -72,7 +77,7 @@ void run_inspect(const InspectOptions& o) {
 void add_inspect_command(CLI::App& app) {
   auto opts = std::make_shared<InspectOptions>();
   CLI::App* cmd = app.add_subcommand("inspect", "Print a model's config, tensors and TP shard plan");
-  cmd->add_option("--model", opts->model, "GGUF file or Hugging Face directory")->required();
+  cmd->add_option("-m,--model", opts->model, "GGUF file or Hugging Face directory")->required();
   add_common_options(*cmd, opts->common);
   cmd->callback([opts] { run_inspect(*opts); });
 }

@@ -3,6 +3,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/error_text.h"
 #include "core/error.h"
 
 namespace tensorpar::cli {
@@ -12,10 +13,11 @@ void add_common_options(CLI::App& cmd, CommonOptions& opts) {
       ->check(CLI::IsMember({"threads", "mpi"}));
   cmd.add_option("--tp", opts.tp, "Tensor-parallel size (threads backend: ranks in this process)")
       ->check(CLI::Range(1, 64));
-  cmd.add_option("--threads-per-rank", opts.threads_per_rank,
-                 "Compute threads per rank (default: cores / ranks)")
+  cmd.add_option("-t,--threads-per-rank", opts.threads_per_rank,
+                 "Compute threads per rank (0 = cores / ranks)")
       ->check(CLI::Range(0, 1024));
-  cmd.add_flag("--json", opts.json, "Machine-readable output: one JSON object per line");
+  cmd.add_flag("--json", opts.json,
+               "JSON instead of text, one object per line (generate: one; chat: one per turn; train: one per step)");
 }
 
 }  // namespace tensorpar::cli
@@ -23,6 +25,12 @@ void add_common_options(CLI::App& cmd, CommonOptions& opts) {
 int main(int argc, char** argv) {
   CLI::App app{"tensorpar: tensor-parallel transformer engine"};
   app.require_subcommand(1);
+  // --help shows every option's default (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
+  // A bad command line is one line on stderr, naming the fix.
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return "error: " + tensorpar::cli::error_text(e.what()) + " (see --help)\n";
+  });
   app.set_version_flag("--version", "tensorpar 0.1.0");
   tensorpar::cli::add_bench_command(app);
   tensorpar::cli::add_inspect_command(app);
@@ -32,15 +40,16 @@ int main(int argc, char** argv) {
   tensorpar::cli::add_train_command(app);
   tensorpar::cli::add_export_command(app);
   tensorpar::cli::add_serve_command(app);
+  tensorpar::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const tensorpar::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (const std::exception& e) {  // tensorpar::Error and the rest
+    std::fprintf(stderr, "error: %s\n", tensorpar::cli::error_text(e.what()).c_str());
     return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "error: unknown exception\n");
     return 1;
   }
   return 0;

@@ -40,7 +40,8 @@ std::vector<int32_t> read_token_file(const std::string& path) {
 
 void run_perplexity(const PerplexityCliOptions& o) {
   TP_CHECK(o.text_file.empty() != o.tokens_file.empty(), "[perplexity] give exactly one of --file and --tokens-file");
-  run_with_model(o.common, o.model, [&](CausalLM& model) {
+  check_model_paths(o.model, "perplexity", /*needs_tokenizer=*/!o.text_file.empty());
+  run_with_model("perplexity", o.common, o.model, [&](CausalLM& model) {
     Communicator& tp = model.tp();
     const bool leader = tp.rank() == 0;
     std::vector<int32_t> ids;

@@ -1,33 +1,90 @@
 #include "cli/run_model.h"
 
-#include <algorithm>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/launch_checks.h"
 #include "comm/timed_communicator.h"
 #include "core/error.h"
+#include "io/gguf.h"
 #include "model/load_model.h"
+#include "model/tokenizer_loader.h"
 
 namespace tensorpar::cli {
+namespace {
+namespace fs = std::filesystem;
+
+bool is_gguf_path(const std::string& p) {
+  return fs::path(p).extension() == ".gguf";
+}
+
+bool is_checkpoint_dir(const fs::path& p) {
+  return fs::exists(p / "latest") ||
+         (fs::exists(p / "index.json") && !fs::exists(p / "config.json"));
+}
+
+}  // namespace
+
+void check_tp_size(int tp, const ModelConfig& config, const char* command) {
+  // Heads are the coarsest thing split: past them a rank would hold no attention at all.
+  TP_CHECK(tp <= config.n_heads, "[", command, "] --tp ", tp, " exceeds the model's ",
+           config.n_heads, " attention heads (every rank needs at least one): pass --tp ",
+           config.n_heads, " or less");
+}
 
 void add_model_options(CLI::App& cmd, ModelOptions& opts) {
-  cmd.add_option("--model", opts.model, "GGUF file or Hugging Face directory")->required();
-  cmd.add_option("--dtype", opts.dtype, "Float weights in memory: f32 | bf16 (quantized stay quantized)")
+  cmd.add_option("-m,--model", opts.model, "GGUF file or Hugging Face directory")->required();
+  cmd.add_option("--dtype", opts.dtype,
+                 "Float weights in memory: f32 | bf16 (quantized stay quantized)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd.add_option("--ctx", opts.ctx, "Context length in tokens (default: the model's, at most 4096)")
+  cmd.add_option("--ctx", opts.ctx,
+                 "Context length in tokens (0 = the model's positions, at most 4096; never more "
+                 "than the model's)")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 24));
   cmd.add_option("--tokenizer", opts.tokenizer,
                  "Tokenizer and chat template from this HF directory, tokenizer.json or GGUF file "
-                 "(default: --model's)");
+                 "(empty = --model's)");
 }
 
-void run_with_model(const CommonOptions& common, const ModelOptions& mopts,
+void check_model_paths(const ModelOptions& opts, const char* command, bool needs_tokenizer) {
+  const fs::path m(opts.model);
+  TP_CHECK(fs::exists(m), "[", command, "] --model ", opts.model, ": no such file or directory");
+  if (fs::is_directory(m)) {
+    TP_CHECK(
+        !is_checkpoint_dir(m), "[", command, "] ", opts.model,
+        " is a training checkpoint, not a model: export it first (tensorpar export --checkpoint ",
+        opts.model, " --out DIR) and pass --model DIR");
+    TP_CHECK(
+        fs::exists(m / "config.json"), "[", command, "] ", opts.model,
+        " has no config.json: --model takes a GGUF file or a Hugging Face directory (config.json + "
+        "*.safetensors)");
+  }
+  if (!opts.tokenizer.empty())
+    TP_CHECK(fs::exists(opts.tokenizer), "[", command, "] --tokenizer ", opts.tokenizer,
+             ": no such file or directory");
+  if (needs_tokenizer && opts.tokenizer.empty() && fs::is_directory(m))
+    TP_CHECK(fs::exists(m / "tokenizer.json"), "[", command, "] ", opts.model,
+             " has no tokenizer.json (an export of a run started from a GGUF file has none): pass "
+             "--tokenizer "
+             "with the GGUF file, HF directory or tokenizer.json the model was trained with");
+}
+
+void run_with_model(const char* command, const CommonOptions& common, const ModelOptions& mopts,
                     const std::function<void(CausalLM& model)>& fn) {
+  check_launch(common, command);
+  const ModelConfig config = read_model_config(mopts.model);  // headers only
   LaunchConfig lc;
   lc.backend = backend_from_name(common.backend);
   lc.n_ranks = common.tp;
   lc.threads_per_rank = common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(lc.backend != Backend::kMpi || common.tp == 1 || common.tp == world.size(), "[tensorpar] --tp ",
-             common.tp, " does not match the MPI world of ", world.size(), " ranks");
+    TP_CHECK(lc.backend != Backend::kMpi || common.tp == 1 || common.tp == world.size(), "[",
+             command, "] --tp ", common.tp, " does not match the MPI world of ", world.size(),
+             " ranks (start mpirun -np ", common.tp, ", or leave --tp out to use the whole world)");
+    check_tp_size(world.size(), config, command);
     LoadOptions lo;
     lo.float_weights = dtype_from_name(mopts.dtype);
     // Every collective of the model goes through a timer (a server reports time in collectives).
@@ -38,12 +95,31 @@ void run_with_model(const CommonOptions& common, const ModelOptions& mopts,
 }
 
 int64_t context_length(const ModelOptions& mopts, const CausalLM& model) {
-  if (mopts.ctx > 0) return mopts.ctx;
   const int64_t m = model.config().max_position;
+  if (mopts.ctx > 0) {
+    // Past its trained positions a model's output is noise (learned position tables end there).
+    TP_CHECK(m <= 0 || mopts.ctx <= m, "[context] --ctx ", mopts.ctx, " exceeds the ", m,
+             " positions the model was trained for: pass --ctx ", m, " or less");
+    return mopts.ctx;
+  }
   return std::clamp<int64_t>(m > 0 ? m : 2048, 16, 4096);
 }
 
-std::vector<double> memory_per_rank_mb(CausalLM& model, const KvCache& cache) {
+ChatTemplate chat_template_or_chatml(const ModelOptions& opts, const Tokenizer& tok,
+                                     const char* command) {
+  const std::string& src = tokenizer_source(opts);
+  const bool has_template =
+      !tok.chat_template().empty() ||
+      (is_gguf_path(src) && GgufFile::open(src)->metadata().has("tokenizer.chat_template"));
+  if (!has_template)
+    std::fprintf(stderr,
+                 "[%s] %s has no chat template: turns are formatted as ChatML "
+                 "(<|im_start|>role\\n...<|im_end|>)\n",
+                 command, src.c_str());
+  return load_chat_template(src, tok);
+}
+
+std::vector<double> weights_kv_mb_per_rank(CausalLM& model, const KvCache& cache) {
   Communicator& tp = model.tp();
   const int64_t mine = model.weight_bytes() + cache.bytes();
   std::vector<int64_t> all(size_t(tp.size()));
@@ -51,6 +127,12 @@ std::vector<double> memory_per_rank_mb(CausalLM& model, const KvCache& cache) {
   std::vector<double> mb;
   for (int64_t b : all) mb.push_back(double(b) / (1 << 20));
   return mb;
+}
+
+double process_peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return double(u.ru_maxrss) / 1024;  // KiB on Linux
 }
 
 }  // namespace tensorpar::cli

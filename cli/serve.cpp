@@ -81,7 +81,7 @@ bool stop_signal_pending() {
 void serve_rank0(const ServeCliOptions& o, CausalLM& model, const EngineOptions& eo,
                  const sigset_t& signals) {
   const Tokenizer tok = load_tokenizer(tokenizer_source(o.model));
-  const ChatTemplate tmpl = load_chat_template(tokenizer_source(o.model), tok);
+  const ChatTemplate tmpl = chat_template_or_chatml(o.model, tok, "serve");
   Engine engine(model, &tok, eo);
   HttpServerConfig hc = o.http;
   if (hc.served_model_name.empty()) hc.served_model_name = default_model_name(o.model.model);
@@ -124,9 +124,11 @@ void run_serve(const ServeCliOptions& o) {
   sigaddset(&signals, SIGTERM);
   TP_CHECK(pthread_sigmask(SIG_BLOCK, &signals, &old) == 0, "[serve] cannot block SIGINT/SIGTERM");
   try {
-    run_with_model(o.common, o.model, [&](CausalLM& model) {
+    check_model_paths(o.model, "serve", /*needs_tokenizer=*/true);
+    run_with_model("serve", o.common, o.model, [&](CausalLM& model) {
       EngineOptions eo = o.engine;
       eo.ctx = o.model.ctx;
+      if (eo.ctx > 0) context_length(o.model, model);  // refuses a --ctx past the model's positions
       if (model.tp().rank() == 0) {
         serve_rank0(o, model, eo, signals);
       } else {

@@ -1,12 +1,18 @@
 // `tensorpar train`: trains a model built from flags (or loaded from an HF directory / GGUF file
 // to fine-tune) on a text corpus at any TP size, printing step, loss, val loss, tokens/s, ms/step
-// (or one JSON object per step), with sharded checkpoints and --resume. Logic lives in src/train/.
+// (or one JSON object per step), with sharded checkpoints and --resume. A resumed run keeps the
+// checkpoint's settings and saves into its directory unless flags say otherwise; no run writes
+// over a newer checkpoint. Logic lives in src/train/.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "cli/commands.h"
+#include "cli/launch_checks.h"
+#include "cli/run_model.h"
 #include "comm/launch.h"
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
@@ -14,23 +20,27 @@
 #include "model/tokenizer_loader.h"
 #include "parallel/mesh.h"
 #include "train/hf_export.h"
+#include "train/memory_accounting.h"
+#include "train/run_settings.h"
 #include "train/trainer.h"
 
 namespace tensorpar::cli {
 namespace {
+namespace fs = std::filesystem;
 
 struct TrainCliOptions {
   CommonOptions common;
-  std::string model, arch = "llama", vocab_from, data, resume;
+  std::string model, arch = "llama", vocab_from, resume;
   int64_t layers = 4, hidden = 256, heads = 8, kv_heads = 0, ffn = 0;
-  TrainOptions train;
-  double val_fraction = 0.05;
-  int64_t max_data_tokens = 0;
+  RunSettings run;
   uint64_t init_seed = 1;
   bool bf16 = false;
   int dp = 1;
-  bool seq_given = false;  // --seq on the command line
+  std::set<std::string> given;  // flags on the command line, without "--"
 };
+
+// Flags that shape a new model; a resumed run's model comes from its checkpoint.
+const char* const kModelShapeFlags[] = {"arch", "layers", "hidden", "heads", "kv-heads", "ffn"};
 
 ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
   ModelConfig c;
@@ -40,7 +50,7 @@ ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
   c.n_layers = o.layers;
   c.n_heads = o.heads;
   c.head_dim = o.heads > 0 ? o.hidden / o.heads : 0;
-  c.max_position = o.train.seq;
+  c.max_position = o.run.train.seq;
   c.norm_eps = 1e-5;
   if (o.arch == "gpt2") {
     c.model_type = "gpt2";
@@ -58,11 +68,12 @@ ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
   return c;
 }
 
-void print_step(const StepLog& l, bool json) {
+void print_step(const StepLog& l, const std::string& saved, bool json) {
   if (json) {
     nlohmann::json j = {{"step", l.step},      {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
                         {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
     if (l.val_loss) j["val_loss"] = *l.val_loss;
+    if (!saved.empty()) j["checkpoint"] = saved;
     std::printf("%s\n", j.dump().c_str());
   } else {
     char val[32] = "";
@@ -70,23 +81,83 @@ void print_step(const StepLog& l, bool json) {
     std::printf("step %5lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n",
                 (long long)l.step, double(l.loss), val, double(l.lr), l.grad_norm, l.tokens_per_s,
                 l.ms);
+    std::fflush(stdout);  // the step's line first, then the note about its checkpoint
+    if (!saved.empty()) std::fprintf(stderr, "[train] saved checkpoint %s\n", saved.c_str());
   }
   std::fflush(stdout);
 }
 
+// The checkpoint directory `root/latest` names when it is step-<step>: the save of this step.
+std::string saved_at(const std::string& root, int64_t step) {
+  std::ifstream f(fs::path(root) / "latest");
+  std::string name;
+  if (!f || !std::getline(f, name) || name != "step-" + std::to_string(step)) return "";
+  return (fs::path(root) / name).string();
+}
+
+bool same_dir(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::weakly_canonical(a, ec) == fs::weakly_canonical(b, ec);
+}
+
+// Settings from --resume's checkpoint, the save directory, and the checks that keep work from
+// being lost. Returns the step training starts from (0 for a new run).
+int64_t settle_run(TrainCliOptions& o, const nlohmann::json& resume_state,
+                   std::string& resume_note) {
+  RunSettings& run = o.run;
+  int64_t start = 0;
+  if (!o.resume.empty()) {
+    for (const char* f : kModelShapeFlags)
+      TP_CHECK(!o.given.count(f), "[train] --", f, " shapes a new model, but --resume ", o.resume,
+               " continues the checkpoint's model: drop --", f);
+    start = resume_state.value("step", int64_t(0));
+    if (resume_state.contains("run")) {
+      const std::string changes = apply_saved_settings(resume_state["run"], o.given, run);
+      resume_note = "settings from the checkpoint" +
+                    (changes.empty() ? "" : "; changed by flags: " + changes);
+    } else {  // a checkpoint from before runs recorded their settings
+      if (!o.given.count("data")) run.data = resume_state.value("data", std::string());
+      resume_note =
+          "the checkpoint records no run settings: batch, seq, bf16 and the schedule follow the "
+          "flags";
+    }
+    if (!o.given.count("out")) run.train.out_dir = checkpoint_root(o.resume);
+    TP_CHECK(run.train.steps > start, "[train] ", o.resume, " is at step ", start,
+             " and --steps is ", run.train.steps, ": nothing to train; pass --steps N with N > ",
+             start);
+  }
+  const std::string& out = run.train.out_dir;
+  if (!out.empty()) {
+    const int64_t latest = latest_checkpoint_step(out);
+    TP_CHECK(latest < 0 || o.resume.empty() || latest <= start, "[train] ", out,
+             "/latest is at step ", latest, ", past the resumed step ", start,
+             ": saving there would move latest back; pass --out NEW_DIR");
+    TP_CHECK(latest < 0 || (!o.resume.empty() && same_dir(out, checkpoint_root(o.resume))),
+             "[train] --out ", out, " already holds a run (latest: step ", latest,
+             "): continue it with --resume ", out, ", or pass another --out");
+  }
+  return start;
+}
+
 void run_train(TrainCliOptions& o) {
-  // The model config and tokenizer: from --resume's checkpoint, --model, or the flags.
+  check_launch(o.common, "train");
   nlohmann::json resume_state;
-  if (!o.resume.empty()) resume_state = ShardedCheckpointReader(o.resume).state();
+  if (!o.resume.empty()) {
+    TP_CHECK(fs::exists(o.resume), "[train] --resume ", o.resume, ": no such directory");
+    resume_state = ShardedCheckpointReader(o.resume).state();
+  }
+  o.run.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
+  std::string resume_note;
+  const int64_t start_step = settle_run(o, resume_state, resume_note);
+  RunSettings& run = o.run;
   std::string tok_path = !o.vocab_from.empty() ? o.vocab_from : o.model;
   if (tok_path.empty() && resume_state.contains("tokenizer"))
     tok_path = resume_state["tokenizer"].get<std::string>();
   TP_CHECK(!tok_path.empty(),
            "[train] no tokenizer: pass --vocab-from TOKENIZER (HF dir, GGUF or tokenizer.json) or "
            "--model");
-  TP_CHECK(!o.data.empty(), "[train] --data FILE|DIR is required");
-  o.train.extra_state = {{"tokenizer", tok_path}, {"data", o.data}};
-  o.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
+  TP_CHECK(!run.data.empty(), "[train] no training text: pass --data FILE|DIR");
+  TP_CHECK(fs::exists(run.data), "[train] --data ", run.data, ": no such file or directory");
 
   LaunchConfig lc;
   lc.backend = backend_from_name(o.common.backend);
@@ -97,7 +168,8 @@ void run_train(TrainCliOptions& o) {
     const bool whole_world = lc.backend == Backend::kMpi && o.common.tp == 1 && o.dp == 1;
     const int tp_size = whole_world ? world.size() : o.common.tp;
     TP_CHECK(tp_size * o.dp == world.size(), "[train] --tp ", tp_size, " x --dp ", o.dp,
-             " does not match the MPI world of ", world.size(), " ranks");
+             " does not match the MPI world of ", world.size(), " ranks (mpirun -np ",
+             tp_size * o.dp, ")");
     // World rank = tp_rank + tp * dp_rank: a TP group is tp consecutive ranks.
     DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp});
     Communicator& tp = mesh.tp();
@@ -109,73 +181,67 @@ void run_train(TrainCliOptions& o) {
       const auto t0 = std::chrono::steady_clock::now();
       const Tokenizer tok = load_tokenizer(tok_path);
       vocab = tok.vocab_size();
-      corpus = tokenize_corpus(list_text_files(o.data), tok, o.val_fraction, o.train.seq);
-      if (o.max_data_tokens > 0 && int64_t(corpus.train.size()) > o.max_data_tokens)
-        corpus.train.resize(size_t(o.max_data_tokens));
+      corpus = tokenize_corpus(list_text_files(run.data), tok, run.val_fraction, run.train.seq);
+      if (run.max_data_tokens > 0 && int64_t(corpus.train.size()) > run.max_data_tokens)
+        corpus.train.resize(size_t(run.max_data_tokens));
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       std::fprintf(
           stderr,
           "[train] %s: %zu train + %zu validation tokens (vocab %lld), tokenised in %.1f s\n",
-          o.data.c_str(), corpus.train.size(), corpus.val.size(), (long long)vocab, s);
+          run.data.c_str(), corpus.train.size(), corpus.val.size(), (long long)vocab, s);
     }
     world.broadcast(&vocab, 1, DType::kI64, 0);
     broadcast_corpus(corpus, world);
 
     std::unique_ptr<CausalLM> model;
+    const ModelConfig config = !o.model.empty()    ? read_model_config(o.model)
+                               : !o.resume.empty() ? stored_model_config(resume_state, o.resume)
+                                                   : config_from_flags(o, vocab);
+    check_tp_size(tp.size(), config, "train");
     if (!o.model.empty()) {
       LoadOptions lo;
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
       model = load_model(o.model, tp, lo);
-    } else if (!o.resume.empty()) {
-      // Every parameter comes from the checkpoint; the config (any RoPE layout) is stored in it.
-      model = init_model(stored_model_config(resume_state, o.resume), tp, o.init_seed);
     } else {
-      model = init_model(config_from_flags(o, vocab), tp, o.init_seed);
+      // Resumed: every parameter comes from the checkpoint, whose config (any RoPE layout) is
+      // stored in it. New: initialised from --init-seed.
+      model = init_model(config, tp, o.init_seed);
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
-    TrainOptions topt = o.train;
-    // Without --seq, a loaded or resumed model with fewer positions trains at its own length.
-    if (!o.seq_given) topt.seq = std::min(topt.seq, model->config().max_position);
+    RunSettings effective = run;
+    // Without --seq, a loaded model with fewer positions trains at its own length.
+    if (!o.given.count("seq"))
+      effective.train.seq = std::min(run.train.seq, model->config().max_position);
+    TrainOptions topt = effective.train;
+    topt.extra_state = {
+        {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
     Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr);
     if (!o.resume.empty()) {
-      const std::string note = trainer.resume(o.resume);
-      if (lead && !note.empty()) std::fprintf(stderr, "[train] %s\n", note.c_str());
+      const std::string schedule_note = trainer.resume(o.resume);
+      if (lead)
+        std::fprintf(
+            stderr, "[train] resuming %s at step %lld: %s%s%s; saving into %s\n",
+            resolve_checkpoint_dir(o.resume).c_str(), (long long)start_step, resume_note.c_str(),
+            resume_state.contains("run") || schedule_note.empty() ? "" : "; ",
+            resume_state.contains("run") ? "" : schedule_note.c_str(), topt.out_dir.c_str());
     }
-
-    // Parameters and the bytes of params + grads + AdamW moments on each rank of a TP group.
-    int64_t mine[2] = {0, 0};
-    for (const ParamShard& p : model->parameters()) {
-      const int64_t n = p.value->numel();
-      mine[0] += p.shard_dim < 0 && tp.rank() != 0 ? 0 : n / std::max(1, p.shard_dim < 0 ? 1 : p.copies);
-      mine[1] += n * 4 * (p.grad ? 4 : 1);
-    }
-    std::vector<int64_t> all(size_t(2 * tp.size()));
-    tp.all_gather(mine, all.data(), 2, DType::kI64);
+    const TrainMemoryReport mem = train_memory_report(model->parameters(), tp);
     if (lead) {
-      int64_t n_params = 0;
-      std::string mem;
-      for (int r = 0; r < tp.size(); ++r) {
-        n_params += all[size_t(2 * r)];
-        char b[32];
-        std::snprintf(b, sizeof(b), "%s%.1f", r ? " / " : "",
-                      double(all[size_t(2 * r + 1)]) / (1 << 20));
-        mem += b;
-      }
-      std::fprintf(stderr,
-                   "[train] %s, %.2fM parameters, tp %d, dp %d; params+grads+AdamW per rank: %s "
-                   "MiB; matmuls %s; recomputed layers %lld; from step %lld\n",
-                   model->config().summary().c_str(), double(n_params) / 1e6, tp.size(), o.dp,
-                   mem.c_str(), o.bf16 ? "bf16" : "f32",
-                   (long long)std::min(o.train.compute.recompute_layers, model->config().n_layers),
-                   (long long)trainer.step());
+      std::fprintf(
+          stderr,
+          "[train] %s, %s, tp %d, dp %d; matmuls %s; recomputed layers %lld; from step %lld\n",
+          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.dp,
+          topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
+          (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
+          (long long)trainer.step());
+      if (topt.out_dir.empty())
+        std::fprintf(stderr, "[train] no --out: this run saves no checkpoint\n");
     }
     trainer.run([&](const StepLog& l) {
-      if (lead) print_step(l, o.common.json);
+      if (lead)
+        print_step(l, topt.out_dir.empty() ? "" : saved_at(topt.out_dir, l.step), o.common.json);
     });
-    if (lead && !o.train.out_dir.empty())
-      std::fprintf(stderr, "[train] checkpoint: %s\n",
-                   resolve_checkpoint_dir(o.train.out_dir).c_str());
   });
 }
 
@@ -183,6 +249,7 @@ void run_train(TrainCliOptions& o) {
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainCliOptions>();
+  TrainOptions& t = o->run.train;
   CLI::App* cmd =
       app.add_subcommand("train", "Train (or fine-tune) a model with tensor parallelism");
   add_common_options(*cmd, o->common);
@@ -193,64 +260,70 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--layers", o->layers, "New model: layers")->check(CLI::Range(1, 1024));
   cmd->add_option("--hidden", o->hidden, "New model: hidden size")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--heads", o->heads, "New model: attention heads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--kv-heads", o->kv_heads, "New model: kv heads (llama; default = heads)")
+  cmd->add_option("--kv-heads", o->kv_heads, "New model: kv heads (llama; 0 = heads)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--ffn", o->ffn,
-                  "New model: MLP size (default llama 8/3 C rounded to 64, gpt2 4 C)")
+  cmd->add_option("--ffn", o->ffn, "New model: MLP size (0 = llama 8/3 C rounded to 64, gpt2 4 C)")
       ->check(CLI::Range(0, 1 << 20));
-  CLI::Option* seq = cmd->add_option("--seq", o->train.seq,
-                                     "Tokens per sequence (also a new model's max positions; default 128, "
-                                     "at most a loaded model's positions)")
-                         ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option(
+         "--seq", t.seq,
+         "Tokens per sequence (also a new model's max positions; at most a loaded model's)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--vocab-from", o->vocab_from,
                   "Tokenizer: HF directory, GGUF file or tokenizer.json");
-  cmd->add_option("--data", o->data,
+  cmd->add_option("--data", o->run.data,
                   "Text file, or a directory of text files (fortune files: *.dat skipped)");
-  cmd->add_option("--val-fraction", o->val_fraction,
+  cmd->add_option("--val-fraction", o->run.val_fraction,
                   "Last fraction of the tokens held out for validation")
       ->check(CLI::Range(0.0, 0.5));
-  cmd->add_option("--max-data-tokens", o->max_data_tokens,
+  cmd->add_option("--max-data-tokens", o->run.max_data_tokens,
                   "Use at most this many training tokens (0 = all)");
-  cmd->add_option("--batch", o->train.batch, "Sequences per optimizer step")
+  cmd->add_option("--batch", t.batch, "Sequences per optimizer step")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--micro-batch", o->train.micro_batch,
-                  "Sequences per forward/backward (divides --batch; 0 = batch)")
+  cmd->add_option("--micro-batch", t.micro_batch,
+                  "Sequences per forward/backward (divides --batch; 0 = batch / dp)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--steps", o->train.steps, "Total optimizer steps")
+  cmd->add_option("--steps", t.steps, "Total optimizer steps (the run ends at this step)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 40));
-  cmd->add_option("--lr", o->train.lr, "Peak learning rate")->check(CLI::Range(0.0f, 10.0f));
-  cmd->add_option("--min-lr", o->train.min_lr, "Learning rate at the end of the cosine")
+  cmd->add_option("--lr", t.lr, "Peak learning rate")->check(CLI::Range(0.0f, 10.0f));
+  cmd->add_option("--min-lr", t.min_lr, "Learning rate at the end of the cosine")
       ->check(CLI::Range(0.0f, 10.0f));
-  cmd->add_option("--warmup", o->train.warmup, "Linear warmup steps")
+  cmd->add_option("--warmup", t.warmup, "Linear warmup steps")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
-  cmd->add_option("--weight-decay", o->train.adam.weight_decay, "AdamW decoupled weight decay");
-  cmd->add_option("--clip", o->train.clip, "Max global gradient norm (0 = off)")
+  cmd->add_option("--weight-decay", t.adam.weight_decay, "AdamW decoupled weight decay");
+  cmd->add_option("--clip", t.clip, "Max global gradient norm (0 = off)")
       ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option("--dp", o->dp,
-                  "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp "
-                  "ranks): micro-batches split over them, gradients summed")
+  cmd->add_option(
+         "--dp", o->dp,
+         "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp ranks): "
+         "micro-batches split over them, gradients summed")
       ->check(CLI::Range(1, 1024));
-  cmd->add_flag("--bf16", o->bf16,
-               "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, "
-               "AdamW state, norms, attention and the loss in f32");
-  cmd->add_option("--recompute-layers", o->train.compute.recompute_layers,
+  cmd->add_flag(
+      "--bf16,!--no-bf16", o->bf16,
+      "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, AdamW state, "
+      "norms, attention and the loss in f32");
+  cmd->add_option("--recompute-layers", t.compute.recompute_layers,
                   "Activation recomputation: the first N layers save only their input and rerun "
-                  "their forward in backward (>= --layers: every layer)")
+                  "their forward "
+                  "in backward (>= --layers: every layer)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", o->train.seed, "Data seed (windows)");
+  cmd->add_option("--seed", t.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");
-  cmd->add_option("--eval-every", o->train.eval_every,
-                  "Steps between validation losses (0 = never)");
-  cmd->add_option("--eval-batches", o->train.eval_batches,
-                  "Validation micro-batches per evaluation")
+  cmd->add_option("--eval-every", t.eval_every, "Steps between validation losses (0 = never)");
+  cmd->add_option("--eval-batches", t.eval_batches, "Validation micro-batches per evaluation")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--out", o->train.out_dir, "Checkpoint root directory (step-N/ + latest)");
-  cmd->add_option("--save-every", o->train.save_every,
-                  "Steps between checkpoints (0 = only at the end)");
-  cmd->add_option("--resume", o->resume,
-                  "Resume from this checkpoint (a step-N dir or a root with latest), any --tp");
-  cmd->callback([o, seq] {
-    o->seq_given = seq->count() > 0;
+  cmd->add_option(
+      "--out", t.out_dir,
+      "Checkpoint root directory (step-N/ + latest; with --resume: the resumed run's root)");
+  cmd->add_option("--save-every", t.save_every, "Steps between checkpoints (0 = only at the end)");
+  cmd->add_option(
+      "--resume", o->resume,
+      "Continue the run of this checkpoint (a step-N dir or a root with latest) at any --tp, with "
+      "its settings (flags given again override them) and saving into its root");
+  cmd->callback([o, cmd] {
+    for (const CLI::Option* opt : cmd->get_options())
+      if (opt->count() > 0)
+        for (const std::string& name : opt->get_lnames()) o->given.insert(name);
+    if (o->given.count("no-bf16")) o->given.insert("bf16");
     run_train(*o);
   });
 }

@@ -1,6 +1,19 @@
+include(${CMAKE_CURRENT_LIST_DIR}/check_includes.cmake)
+
 # tp_add_part(NAME DIR DEPS...): a static library from every .cpp under src/DIR (CUDA and
-# backend folders excluded; their parts add them explicitly).
+# backend folders excluded; their parts add them explicitly). Its files may include only the
+# parts among DEPS, transitively (checked here and by the part_boundaries test).
 function(tp_add_part name dir)
+  set(allowed ${dir})
+  foreach(dep ${ARGN})
+    get_property(dep_allowed GLOBAL PROPERTY TP_PART_ALLOWED_${dep})
+    list(APPEND allowed ${dep_allowed})
+  endforeach()
+  list(REMOVE_DUPLICATES allowed)
+  set_property(GLOBAL PROPERTY TP_PART_ALLOWED_${name} ${allowed})
+  set_property(GLOBAL APPEND PROPERTY TP_PARTS ${dir})
+  set_property(GLOBAL PROPERTY TP_ALLOWED_DIR_${dir} ${allowed})
+  tp_check_includes(${PROJECT_SOURCE_DIR}/src ${dir} "${allowed}")
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${dir}/*.cpp)
   list(FILTER srcs EXCLUDE REGEX "/(cuda|mpi|nccl)/")
   if(NOT srcs)  # a part not written yet: headers only
@@ -26,4 +39,15 @@ function(tp_add_test_part name dir)
   target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest_main tensorpar_warnings)
   target_compile_definitions(${name} PRIVATE TP_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+endfunction()
+
+# Writes the part graph for the part_boundaries test (call after every tp_add_part).
+function(tp_write_part_graph file)
+  get_property(parts GLOBAL PROPERTY TP_PARTS)
+  set(text "set(TP_PARTS ${parts})\n")
+  foreach(dir ${parts})
+    get_property(allowed GLOBAL PROPERTY TP_ALLOWED_DIR_${dir})
+    string(APPEND text "set(TP_ALLOWED_${dir} ${allowed})\n")
+  endforeach()
+  file(WRITE ${file} "${text}")
 endfunction()

@@ -7,6 +7,7 @@ packages=(
   libdnnl-dev libomp-dev
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libpcre2-dev libicu-dev   # tokenizer: Split regexes, Unicode normalization
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-venv

@@ -101,7 +101,7 @@ def main():
     add_kquant("q4_k.weight", 2, 256, Q.Q4_K, [0, 2])
     add_kquant("q5_k.weight", 3, 512, Q.Q5_K, [0, 2])
     add_kquant("q6_k.weight", 2, 768, Q.Q6_K, [208])
-    # Q2_K: recognised, not loadable; arbitrary block bytes are enough for that.
+    # Q2_K: arbitrary block bytes (every quant type's values: tools/make_quant_fixtures.py).
     q2k = rng.integers(0, 256, size=(2, 84), dtype=np.uint8)
     w.add_tensor("q2_k.weight", q2k, raw_dtype=Q.Q2_K)
 

@@ -9,7 +9,11 @@ import argparse
 import json
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("tools/plot_loss.py needs matplotlib (tools/requirements.txt): "
+             'PY=$(tools/venv.sh) && "$PY" tools/plot_loss.py ...')
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,6 +1,6 @@
-// Element types. Block-quantized weight formats use exactly GGUF's layouts: 32 weights per
-// block, stored as one struct (see core/quant.h); a tensor of them has its last dim a
-// multiple of the block size.
+// Element types. Block-quantized weight formats use exactly GGUF's layouts (see core/quant.h):
+// the legacy quants hold 32 weights per block, the K-quants 256 per super-block; a tensor of
+// them has its last dim a multiple of the block size.
 #pragma once
 
 #include <cstdint>
@@ -9,15 +9,21 @@
 
 namespace tensorpar {
 
-enum class DType : uint8_t { kF32, kBF16, kF16, kI32, kI64, kU8, kQ8_0, kQ4_0, kQ4_1 };
+enum class DType : uint8_t {
+  kF32, kBF16, kF16, kI32, kI64, kU8,
+  kQ8_0, kQ4_0, kQ4_1,                  // first quantized types (values kept for saved files)
+  kQ5_0, kQ5_1, kIQ4_NL,                // 32-weight blocks
+  kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,    // 256-weight super-blocks
+};
 
-// Elements per storage block: 1 for plain types, 32 for the block quants.
+// Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants.
 int64_t dtype_block_elems(DType t);
-// Bytes per storage block: sizeof(element) for plain types; 34, 18, 20 for q8_0, q4_0, q4_1.
+// Bytes per storage block: sizeof(element) for plain types; ggml's block size for quants
+// (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...).
 int64_t dtype_block_bytes(DType t);
-inline bool dtype_is_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
-}
+constexpr bool dtype_is_quantized(DType t) { return t >= DType::kQ8_0 && t <= DType::kQ6_K; }
+// The K-quants: 256-weight super-blocks.
+constexpr bool dtype_is_kquant(DType t) { return t >= DType::kQ2_K && t <= DType::kQ6_K; }
 inline bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
 }

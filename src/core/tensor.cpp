@@ -70,9 +70,9 @@ Tensor Tensor::allocate_tensor(const Shape& shape, DType dtype, bool* zeroed) {
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
   if (dtype_is_quantized(dtype)) {
-    TP_CHECK(!shape.empty() && shape.back() % kQuantBlock == 0, "[Tensor::empty] ",
-             dtype_name(dtype), " tensor of shape ", shape_str(shape),
-             " needs its last dim a multiple of 32");
+    TP_CHECK(!shape.empty() && shape.back() % dtype_block_elems(dtype) == 0, "[Tensor::empty] ",
+             dtype_name(dtype), " tensor of shape ", shape_str(shape), " needs its last dim a multiple of ",
+             dtype_block_elems(dtype));
   }
   t.storage_ = allocate(dtype_nbytes(dtype, t.numel_), zeroed);
   t.data_ = t.storage_.get();
@@ -130,8 +130,8 @@ void Tensor::check_type(DType t) const {
 
 static char* offset_bytes(void* base, DType t, int64_t elems) {
   if (dtype_is_quantized(t)) {
-    TP_ASSERT(elems % kQuantBlock == 0, "quantized offset inside a block");
-    return static_cast<char*>(base) + elems / kQuantBlock * dtype_block_bytes(t);
+    TP_ASSERT(elems % dtype_block_elems(t) == 0, "quantized offset inside a block");
+    return static_cast<char*>(base) + elems / dtype_block_elems(t) * dtype_block_bytes(t);
   }
   return static_cast<char*>(base) + elems * dtype_block_bytes(t);
 }
@@ -143,9 +143,9 @@ Tensor Tensor::slice(int d, int64_t begin, int64_t end) const {
   TP_CHECK(0 <= begin && begin <= end && end <= shape_[d], "[Tensor::slice] range [", begin, ", ",
            end, ") out of bounds for dim ", d, " of ", describe());
   if (dtype_is_quantized(dtype_) && d == n - 1) {
-    TP_CHECK(begin % kQuantBlock == 0 && end % kQuantBlock == 0, "[Tensor::slice] ",
-             describe(), " can only be sliced along its last dim at multiples of 32, got [",
-             begin, ", ", end, ")");
+    const int64_t be = dtype_block_elems(dtype_);
+    TP_CHECK(begin % be == 0 && end % be == 0, "[Tensor::slice] ", describe(),
+             " can only be sliced along its last dim at multiples of ", be, ", got [", begin, ", ", end, ")");
   }
   Tensor t = *this;
   t.shape_[d] = end - begin;

@@ -4,28 +4,38 @@
 
 #include <optional>
 
-#include "io/kquant.h"
+#include "core/quant.h"
 
 namespace tensorpar {
 namespace {
 
 constexpr int64_t kK = 256;  // K-quant super-block
 
-// Q4_K, Q5_K, Q6_K load by converting to a float dtype; the rest: block geometry only.
-const StoredFormat kQ50{"Q5_0", 32, 22, std::nullopt, nullptr};
-const StoredFormat kQ51{"Q5_1", 32, 24, std::nullopt, nullptr};
+// The types llama.cpp's common presets write (and their fallbacks) have a DType with the same
+// layout, so they load as they are; the rest: block geometry only.
+template <DType T>
+void decode(float* out, const std::byte* src, int64_t n) {
+  dequantize_row(out, src, T, n);
+}
+template <DType T>
+StoredFormat loadable(const char* name) {
+  return {name, dtype_block_elems(T), dtype_block_bytes(T), T, decode<T>};
+}
+
+const StoredFormat kQ50 = loadable<DType::kQ5_0>("Q5_0");
+const StoredFormat kQ51 = loadable<DType::kQ5_1>("Q5_1");
+const StoredFormat kQ2K = loadable<DType::kQ2_K>("Q2_K");
+const StoredFormat kQ3K = loadable<DType::kQ3_K>("Q3_K");
+const StoredFormat kQ4K = loadable<DType::kQ4_K>("Q4_K");
+const StoredFormat kQ5K = loadable<DType::kQ5_K>("Q5_K");
+const StoredFormat kQ6K = loadable<DType::kQ6_K>("Q6_K");
+const StoredFormat kIQ4NL = loadable<DType::kIQ4_NL>("IQ4_NL");
 const StoredFormat kQ81{"Q8_1", 32, 40, std::nullopt, nullptr};
-const StoredFormat kQ2K{"Q2_K", kK, 84, std::nullopt, nullptr};
-const StoredFormat kQ3K{"Q3_K", kK, 110, std::nullopt, nullptr};
-const StoredFormat kQ4K{"Q4_K", kK, 144, std::nullopt, dequantize_q4_k};
-const StoredFormat kQ5K{"Q5_K", kK, 176, std::nullopt, dequantize_q5_k};
-const StoredFormat kQ6K{"Q6_K", kK, 210, std::nullopt, dequantize_q6_k};
 const StoredFormat kQ8K{"Q8_K", kK, 292, std::nullopt, nullptr};
 const StoredFormat kIQ2XXS{"IQ2_XXS", kK, 66, std::nullopt, nullptr};
 const StoredFormat kIQ2XS{"IQ2_XS", kK, 74, std::nullopt, nullptr};
 const StoredFormat kIQ3XXS{"IQ3_XXS", kK, 98, std::nullopt, nullptr};
 const StoredFormat kIQ1S{"IQ1_S", kK, 50, std::nullopt, nullptr};
-const StoredFormat kIQ4NL{"IQ4_NL", 32, 18, std::nullopt, nullptr};
 const StoredFormat kIQ3S{"IQ3_S", kK, 110, std::nullopt, nullptr};
 const StoredFormat kIQ2S{"IQ2_S", kK, 82, std::nullopt, nullptr};
 const StoredFormat kIQ4XS{"IQ4_XS", kK, 136, std::nullopt, nullptr};

@@ -1,8 +1,10 @@
 // Transformer: the decoder-only model of every supported architecture as one rank's shard
-// (implements CausalLM). Pre-norm blocks: x += attn(norm1(x)); x += mlp(norm2(x)); final norm;
-// LM head column-parallel over the vocab (tied: the embedding's own vocab shard), logits left
-// Sharded. Norms are Replicated. The per-architecture parts (tensor names, layouts, init) live
-// in arch_llama.cpp and arch_gpt2.cpp; training in transformer_train.cpp.
+// (implements CausalLM): a VocabParallelEmbedding, a stack of TransformerLayers, a final norm
+// and an LM head column-parallel over the vocab (tied: the embedding's own vocab shard), logits
+// left Sharded. A model may hold a sub-range of the layers, with or without the embedding and
+// the head (a pipeline stage). The per-architecture parts (tensor names, layouts) live in
+// arch_llama.cpp and arch_gpt2.cpp; training in transformer_train.cpp. docs/ARCHITECTURE.md
+// follows a token through it.
 #pragma once
 
 #include <memory>
@@ -12,30 +14,26 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "model/causal_lm.h"
+#include "model/norm.h"
+#include "model/transformer_layer.h"
 #include "model/weight_source.h"
-#include "parallel/parallel_attention.h"
-#include "parallel/parallel_mlp.h"
+#include "parallel/column_parallel_linear.h"
+#include "parallel/vocab_parallel_embedding.h"
 
 namespace tensorpar {
 
-// A tensor with its lazily allocated f32 gradient.
-struct Param {
-  Tensor value, grad;
-};
-
-struct TrainLayerActs;
-
-struct TransformerLayer {
-  Param norm1_w, norm1_b, norm2_w, norm2_b;  // biases: LayerNorm (GPT-2) only
-  std::unique_ptr<ParallelAttention> attn;
-  std::unique_ptr<ParallelMlp> mlp;
+// The part of the model one rank holds along the layer axis: layers [first, last) (last -1: to
+// the end), and whether the embedding and the final norm + LM head are here.
+struct LayerSpan {
+  int64_t first = 0, last = -1;
+  bool embedding = true, head = true;
 };
 
 class Transformer final : public CausalLM {
  public:
   // Shapes and shards from the config; weights are zero until load_weights or init_weights.
   // quant_align: the ffn split is cut at multiples of it (32 keeps quantized columns whole).
-  Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align = 32);
+  Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align = 32, LayerSpan span = {});
   ~Transformer() override;
 
   // Reads this rank's slices (names and layouts per architecture). Throws naming file/tensor.
@@ -44,6 +42,8 @@ class Transformer final : public CausalLM {
   // N(0, 0.02^2) (output projections scaled by 1/sqrt(2L), as GPT-2), embeddings N(0, 0.02^2),
   // norm weights 1, biases 0.
   void init_weights(uint64_t seed);
+
+  const LayerSpan& span() const { return span_; }
 
   // CausalLM
   const ModelConfig& config() const override { return config_; }
@@ -59,43 +59,42 @@ class Transformer final : public CausalLM {
   void zero_grad() override;
   int64_t weight_bytes() const override;
 
-  // Architecture-specific naming (arch_*.cpp). The names are HF's; GPT-2's fused Conv1D c_attn
-  // is exposed as three [out, in] tensors "...attn.c_attn.{q,k,v}.weight/bias" and its other
-  // Conv1D weights transposed to [out, in] (see arch_gpt2.cpp).
-  std::vector<ParamShard> parameters_llama();
-  std::vector<ParamShard> parameters_gpt2();
-
  private:
   struct Workspace;
   struct TrainState;
   friend void load_llama(Transformer&, const WeightSource&);
   friend void load_gpt2(Transformer&, const WeightSource&);
 
-  // x (N, C) = embedding rows of ids (all-reduced over tp) (+ positions for GPT-2).
-  void embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const;
-  void norm_forward(float* out, float* mean, float* rstd, const float* in, const Param& w, const Param& b,
-                    int64_t N) const;
-  void norm_backward(float* d_in, float* d_out, const float* in, Param& w, Param& b, const float* mean,
-                     const float* rstd, int64_t N);
-  // One block's training forward: fills acts (x_in set by the caller) and writes out (N, C).
-  void layer_forward_train(TransformerLayer& L, TrainLayerActs& A, Tensor& out, int64_t B, int64_t T,
-                           const int64_t* positions);
-  // Mean loss of tokens/targets (B, T); with_grad runs backward too.
-  float train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad);
+  // Architecture-specific naming (arch_*.cpp). The names are HF's; GPT-2's fused Conv1D c_attn
+  // is exposed as three [out, in] tensors "...attn.c_attn.{q,k,v}.weight/bias" and its other
+  // Conv1D weights transposed to [out, in] (see arch_gpt2.cpp).
+  std::vector<ParamShard> parameters_llama();
+  std::vector<ParamShard> parameters_gpt2();
   void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
                     Shape global, int dim, Range range, int copies = 1);
+  // The layer of global index l (held here: span().first <= l < last).
+  TransformerLayer& layer(int64_t l) { return layers_[size_t(l - span_.first)]; }
+  void check_whole_model(const char* where) const;
+
+  // x (N, C) = embedding rows of ids (all-reduced over tp) (+ learned positions for GPT-2).
+  void embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const;
+  // The LM head's weight: the embedding's shard when tied.
+  const Tensor& head_weight() const;
+  Tensor& head_grad();
+  // Mean loss of tokens/targets (B, T); with_grad runs backward too.
+  float train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad);
 
   ModelConfig config_;
   Communicator& tp_;
+  LayerSpan span_;
   std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
   MatmulEngine eng_;
   std::unique_ptr<RopeTable> rope_;
   Range vocab_range_;
-  std::vector<Range> ffn_ranges_;
-  Param embed_;     // (V_local, C): f32, bf16 or quantized (inference); the tied LM head too
-  Param pos_embed_; // (max_position, C) f32 Replicated, GPT-2 only
-  Param lm_head_;   // (V_local, C), untied only
-  Param norm_w_, norm_b_;
+  std::unique_ptr<VocabParallelEmbedding> embed_;  // (V_local, C): the tied LM head too
+  Param pos_embed_;                                // (max_position, C) f32 Replicated, GPT-2 only
+  std::unique_ptr<ColumnParallelLinear> lm_head_;  // (V_local, C), untied only
+  std::unique_ptr<Norm> final_norm_;
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<TrainState> train_;

@@ -1,18 +1,41 @@
 // WeightSource (see weight_source.h).
 #include "model/weight_source.h"
 
+#include <cctype>
+#include <cstdio>
+#include <mutex>
+#include <set>
+
 #include "core/error.h"
 
 namespace tensorpar {
 
-namespace {
+// Slices of quantized matrices that could not stay quantized; shared by a source's loaders,
+// which ranks may call at the same time.
+struct FallbackLog {
+  std::mutex mu;
+  std::set<std::string> noted;  // "kind range" already written to stderr
+  int64_t count = 0;
 
-constexpr int64_t kBlock = 32;  // elements per quantized block (q8_0, q4_0, q4_1)
-
-}  // namespace
+  void note(const std::string& file, const std::string& name, DType t, const std::string& what) {
+    // The kind: the name with its layer number wildcarded ("blk.*.attn_output.weight").
+    std::string kind;
+    for (const char ch : name) {
+      if (!std::isdigit(static_cast<unsigned char>(ch)))
+        kind += ch;
+      else if (kind.empty() || kind.back() != '*')
+        kind += '*';
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    ++count;
+    if (!noted.insert(std::string(dtype_name(t)) + " " + kind + " " + what).second) return;
+    std::fprintf(stderr, "[load_model] %s: %s '%s' %s: that shard is dequantized to f32\n", file.c_str(),
+                 std::string(dtype_name(t)).c_str(), kind.c_str(), what.c_str());
+  }
+};
 
 WeightSource::WeightSource(std::shared_ptr<TensorStore> store, std::string path, LoadOptions opt)
-    : store_(std::move(store)), path_(std::move(path)), opt_(opt) {
+    : store_(std::move(store)), path_(std::move(path)), opt_(opt), fallbacks_(std::make_shared<FallbackLog>()) {
   TP_CHECK(opt_.float_weights == DType::kF32 || opt_.float_weights == DType::kBF16,
            "[WeightSource] float_weights: got ", dtype_name(opt_.float_weights), ", expected f32 or bf16");
 }
@@ -38,6 +61,7 @@ SliceLoader WeightSource::fused(const std::string& name, const Shape& stored_sha
   const LoadOptions opt = opt_;
   const std::optional<DType> stored = store_->find(name)->dtype;
   const std::string where = path_;
+  const std::shared_ptr<FallbackLog> log = fallbacks_;
   return [=](int dim, Range r) -> Tensor {
     TP_CHECK(dim >= 0 && dim < int(shape.size()) && r.begin >= 0 && r.end <= shape[size_t(dim)] && r.begin <= r.end,
              "[load_model] ", where, ": slice ", range_str(r), " of dim ", dim, " of '", name, "' ", shape_str(shape));
@@ -52,8 +76,16 @@ SliceLoader WeightSource::fused(const std::string& name, const Shape& stored_sha
     std::optional<DType> out = DType::kF32;
     if (stored && dtype_is_quantized(*stored)) {
       const bool last = sdim == int(stored_shape.size()) - 1;
-      const bool aligned = !last || (b % kBlock == 0 && e % kBlock == 0);
-      if (opt.keep_quantized && aligned && !conv1d && shape.size() == 2) out = std::nullopt;
+      const int64_t be = dtype_block_elems(*stored);
+      const bool aligned = !last || (b % be == 0 && e % be == 0);
+      if (opt.keep_quantized && aligned && !conv1d && shape.size() == 2) {
+        out = std::nullopt;
+      } else if (opt.keep_quantized && shape.size() == 2) {
+        log->note(where, name, *stored,
+                  conv1d ? std::string("is stored transposed (Conv1D)")
+                         : "columns " + range_str(Range{b, e}) + " of " + std::to_string(stored_shape.back()) +
+                               " are not whole " + std::to_string(be) + "-weight blocks");
+      }
     } else if (shape.size() == 2) {
       out = opt.float_weights;
     }
@@ -70,6 +102,11 @@ SliceLoader WeightSource::f32(const std::string& name, const Shape& shape) const
   check(name, shape);
   auto store = store_;
   return [store, name](int dim, Range r) { return store->read_slice(name, dim, r.begin, r.end, DType::kF32); };
+}
+
+int64_t WeightSource::dequantized_fallbacks() const {
+  std::lock_guard<std::mutex> lock(fallbacks_->mu);
+  return fallbacks_->count;
 }
 
 Tensor WeightSource::whole_f32(const std::string& name, const Shape& shape) const {

@@ -3,6 +3,7 @@
 // loaders that read only this rank's bytes, converting on the way per LoadOptions.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -14,8 +15,10 @@ namespace tensorpar {
 
 struct LoadOptions {
   DType float_weights = DType::kF32;  // matrices stored as f32/f16/bf16 become this (f32 or bf16)
-  bool keep_quantized = true;         // q8_0/q4_0/q4_1 stay quantized; false: dequantize to f32
+  bool keep_quantized = true;         // block-quantized matrices stay quantized; false: dequantize to f32
 };
+
+struct FallbackLog;
 
 class WeightSource {
  public:
@@ -28,7 +31,9 @@ class WeightSource {
 
   // Slices (dim, range) of the [out, in] matrix `name` whose full shape must be `shape`. With
   // conv1d the file holds [in, out] (GPT-2 Conv1D) and slices are transposed after reading.
-  // Quantized slices stay quantized when the cut is block-aligned, else they dequantize to f32.
+  // Quantized slices stay quantized when the cut is block-aligned (32 weights for legacy quants,
+  // 256 for K-quants), else they dequantize to f32 and a note on stderr names the tensor kind,
+  // the columns and the block size (once per kind and range).
   SliceLoader matrix(const std::string& name, const Shape& shape, bool conv1d = false) const;
   // The same as f32 (biases, norms, embeddings a layer needs in f32). For conv1d biases the
   // offset selects the part of a fused vector: element offset + i of the stored [n] vector.
@@ -38,6 +43,8 @@ class WeightSource {
   SliceLoader fused(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
                     const Shape& shape, bool conv1d) const;
   Tensor whole_f32(const std::string& name, const Shape& shape) const;
+  // Slices that were to stay quantized but had to be dequantized so far (any rank).
+  int64_t dequantized_fallbacks() const;
 
  private:
   void check(const std::string& name, const Shape& stored_shape) const;
@@ -45,6 +52,7 @@ class WeightSource {
   std::shared_ptr<TensorStore> store_;
   std::string path_;
   LoadOptions opt_;
+  std::shared_ptr<FallbackLog> fallbacks_;
 };
 
 }  // namespace tensorpar

@@ -1,7 +1,9 @@
 // ParallelAttention: causal self-attention split over the TP group by whole KV groups
-// (partition_heads): q/k/v projections column-parallel over this rank's heads, RoPE, GQA
-// attention over a KV buffer (the cache at inference, the saved keys in training), o_proj
-// row-parallel with its all-reduce. Input and output Replicated (N, C).
+// (partition_heads). q, k and v are one column-parallel GEMM over this rank's heads (a
+// ColumnParallelLinear of three parts; kv heads are replicated when tp > n_kv_heads), then RoPE,
+// GQA attention, and o_proj row-parallel with its all-reduce. Input and output Replicated (N, C).
+// One forward serves inference (keys and values written into a paged pool, attention over each
+// sequence's blocks) and training (B sequences from position 0, everything kept for backward).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/rope.h"
+#include "parallel/column_parallel_linear.h"
 #include "parallel/partition.h"
 #include "parallel/row_parallel_linear.h"
 #include "parallel/slice_loader.h"
@@ -28,29 +31,33 @@ struct AttentionShape {
   bool out_bias = false;   // GPT-2
 };
 
-// A projection's rows held here (any weight dtype matmul_forward takes), with lazy f32 grads.
-struct LocalLinear {
-  Tensor w, b, dw, db;  // w (out_local, in); b (out_local) f32 or undefined
+// The parts of the fused q/k/v projection.
+enum AttentionPart : int64_t { kPartQ = 0, kPartK = 1, kPartV = 2 };
+
+// How the rows of one forward are grouped into sequences and where their keys and values live.
+struct AttentionRows {
+  const int64_t* positions = nullptr;  // (N) each row's position
+  // Paged (inference): every row's key and value are written into this layer's pool (k_pool
+  // (blocks, NKV_local, HS, block_size), keys transposed within a block; v_pool (blocks,
+  // block_size, NKV_local, HS)) and each sequence attends over its own blocks.
+  std::span<const PagedSeq> seqs;
+  float* k_pool = nullptr;
+  float* v_pool = nullptr;
+  int64_t block_size = 0;
+  // Dense (training; k_pool null): B sequences of T rows each from position 0.
+  int64_t B = 0, T = 0;
+  bool paged() const { return k_pool != nullptr; }
 };
 
-// Where every weight of the layer comes from: slices (dim, range) of the full [out, in] tensors.
-struct AttentionLoaders {
-  SliceLoader q, k, v, o;
-  SliceLoader q_bias, k_bias, v_bias, o_bias;  // empty when the layer has none
-};
-
-// Inference scratch of at least N rows: q and att (N, NH_local*HS), k and v (N, NKV_local*HS).
-struct AttentionScratch {
-  float *q, *k, *v, *att;
-};
-
-// Saved for backward, (B*T, ...) rows: x is the caller's input (kept by the caller).
+// One forward's intermediates: kept for backward in training, scratch at inference (buffers
+// only grow). N rows each.
 struct AttentionActs {
+  Tensor qkv;  // (N, (NH_local + 2 NKV_local) HS): the fused projection, before RoPE
   Tensor q;    // (N, NH_local*HS) after RoPE
-  Tensor k;    // (N, NKV_local*HS) after RoPE
-  Tensor v;    // (N, NKV_local*HS)
+  Tensor k;    // (N, NKV_local*HS) after RoPE (training; the pool holds them at inference)
+  Tensor v;    // (N, NKV_local*HS) (training)
   Tensor att;  // (N, NH_local*HS) attention output before o_proj
-  Tensor lse;  // (B, NH_local, T)
+  Tensor lse;  // (B, NH_local, T) (training)
 };
 
 class ParallelAttention {
@@ -63,46 +70,32 @@ class ParallelAttention {
   int64_t q_local() const { return heads_.q.size(); }    // query heads here
   int64_t kv_local() const { return heads_.kv.size(); }  // kv heads here (copies when tp > NKV)
   // Ranks holding a copy of each of this rank's kv heads (1 unless tp > NKV).
-  int kv_copies() const { return kv_copies_; }
+  int kv_copies() const { return qkv_.part_copies(kPartK); }
 
-  LocalLinear& q() { return q_; }
-  LocalLinear& k() { return k_; }
-  LocalLinear& v() { return v_; }
+  ColumnParallelLinear& qkv() { return qkv_; }
   RowParallelLinear& o() { return o_; }
   const RowParallelLinear& o() const { return o_; }
   int64_t weight_bytes() const;
   void zero_grad();
 
-  void load(const AttentionLoaders& src);
   // Weights N(0, stddev^2) (o_proj: o_stddev) drawn for the full matrices and sliced; biases 0.
   // ids: tensor ids of q, k, v, o (tensor_id_of(name)).
   void init_normal(float stddev, float o_stddev, uint64_t seed, const uint64_t ids[4]);
 
-  // Inference for the rows of a batch of sequences (CausalLM::forward_batch): x (N, C) -> out
-  // (N, C) Replicated. positions (N): each row's position; seqs: each sequence's rows and block
-  // table; the new keys/values are written into this layer's pool blocks (k_pool
-  // (blocks, NKV_local, HS, block_size), keys transposed within a block; v_pool (blocks,
-  // block_size, NKV_local, HS)) before attention reads them.
-  void forward_paged(MatmulEngine& eng, Tensor& out, const Tensor& x, const int64_t* positions,
-                     std::span<const PagedSeq> seqs, float* k_pool, float* v_pool, int64_t block_size,
-                     const AttentionScratch& scratch, Communicator& tp) const;
-  // Training: x (B*T, C) for B sequences from position 0 -> out (B*T, C); fills acts (allocated
-  // here on first use or shape change). positions (B*T).
-  void forward_train(MatmulEngine& eng, Tensor& out, const Tensor& x, int64_t B, int64_t T,
-                     const int64_t* positions, AttentionActs& acts, Communicator& tp) const;
-  // d_x (B*T, C) is written: the all-reduced input gradient. Weight grads accumulate. When kv
-  // heads are replicated (tp > NKV), kv_group (ranks sharing this rank's kv head) sums their
-  // k/v gradients so every copy holds the full gradient; null otherwise.
-  void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, int64_t B,
-                int64_t T, const int64_t* positions, const AttentionActs& acts, Communicator& tp,
-                Communicator* kv_group);
+  // x (N, C) -> out (N, C) Replicated (see AttentionRows for the two kinds of rows).
+  void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, const AttentionRows& rows, AttentionActs& acts,
+               Communicator& tp) const;
+  // Training (dense rows) only: d_x (N, C) is written, the all-reduced input gradient; weight
+  // grads accumulate. When kv heads are replicated (tp > NKV), kv_group (the ranks sharing this
+  // rank's kv head) sums their k/v gradients so every copy holds the full gradient; else null.
+  void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const AttentionRows& rows,
+                const AttentionActs& acts, Communicator& tp, Communicator* kv_group);
 
  private:
   AttentionShape shape_;
   const RopeTable* rope_;
   HeadRange heads_;
-  int kv_copies_ = 1;
-  LocalLinear q_, k_, v_;
+  ColumnParallelLinear qkv_;
   RowParallelLinear o_;
 };
 

@@ -1,7 +1,8 @@
 // ParallelMlp: the feed-forward block split over the ffn dim. SwiGLU (Llama family): gate and up
-// column-parallel, silu(gate) * up, down row-parallel. GELU (GPT-2): c_fc column-parallel with
-// bias, gelu_tanh, c_proj row-parallel with bias. One all-reduce forward (after down), one
-// backward (the input gradient). Input and output Replicated (N, C).
+// fused into one column-parallel GEMM (this rank's output row: [gate F_local | up F_local]),
+// silu(gate) * up, down row-parallel. GELU (GPT-2): c_fc column-parallel with bias, gelu_tanh,
+// c_proj row-parallel with bias. One all-reduce forward (after down), one backward (the input
+// gradient). Input and output Replicated (N, C).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +19,11 @@ namespace tensorpar {
 
 enum class MlpKind : uint8_t { kSwiGlu, kGeluTanh };
 
-// Saved for backward (training) or scratch (inference): (N, F_local) each. `gate` is unused by
-// GELU; `pre` is up (SwiGLU) or the c_fc output (GELU); `h` is the activation fed to down.
+// Kept for backward (training) or scratch (inference; buffers only grow): `pre` is the column
+// layer's output, (N, 2 F_local) [gate | up] for SwiGLU or (N, F_local) for GELU; `h` (N,
+// F_local) the activation fed to down.
 struct MlpActs {
-  Tensor gate, pre, h;
+  Tensor pre, h;
 };
 
 class ParallelMlp {
@@ -31,15 +33,15 @@ class ParallelMlp {
               int tp_rank);
 
   MlpKind kind() const { return kind_; }
-  int64_t ffn_local() const { return up_.out_local(); }
-  ColumnParallelLinear& gate() { return gate_; }  // SwiGLU only
-  ColumnParallelLinear& up() { return up_; }      // SwiGLU up_proj / GELU c_fc
-  RowParallelLinear& down() { return down_; }     // down_proj / c_proj
+  int64_t ffn_local() const { return ffn_range().size(); }
+  Range ffn_range() const { return in_.part_range(0); }
+  // SwiGLU: parts 0 = gate_proj, 1 = up_proj; GELU: part 0 = c_fc.
+  ColumnParallelLinear& in() { return in_; }
+  RowParallelLinear& down() { return down_; }  // down_proj / c_proj
   int64_t weight_bytes() const;
   void zero_grad();
 
-  // out (N, C) Replicated = MLP(x (N, C)); acts hold (N, F_local) buffers (resized here when
-  // the shape changes; at inference pass persistent scratch, so no allocation per token).
+  // out (N, C) Replicated = MLP(x (N, C)); acts hold the intermediates (grown here as needed).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts, Communicator& tp) const;
   // d_x (N, C) written (all-reduced); weight grads accumulate.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
@@ -47,7 +49,7 @@ class ParallelMlp {
 
  private:
   MlpKind kind_;
-  ColumnParallelLinear gate_, up_;
+  ColumnParallelLinear in_;
   RowParallelLinear down_;
 };
 

@@ -1,9 +1,7 @@
 // Deterministic counter-based random streams (Philox4x32-10, Salmon et al. 2011): a value is a
 // pure function of (seed, stream id, index), so any rank can draw any slice of a tensor without
-// drawing the rest. Megatron's rule for which stream a region uses: replicated regions share the
-// base seed; TP-sharded regions (e.g. dropout on head-sharded activations) use seed + 2718 +
-// tp_rank. Weights are initialised from the full matrix's values and sliced, so a model is the
-// same at every TP size.
+// drawing the rest. Weights are initialised from the full matrix's values and sliced, so a model
+// is the same at every TP size.
 #pragma once
 
 #include <array>
@@ -19,7 +17,7 @@ namespace tensorpar {
 std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> counter, std::array<uint32_t, 2> key);
 
 // One stream: key = seed, counter = (index, stream_id). Values at different indices or stream
-// ids are independent. `offset` supports sequential use (e.g. one dropout mask after another).
+// ids are independent.
 class RngStream {
  public:
   RngStream(uint64_t seed, uint64_t stream_id) : seed_(seed), stream_id_(stream_id) {}
@@ -44,16 +42,10 @@ class RngStream {
   uint64_t offset_ = 0;
 };
 
-// Megatron's offset between the base seed and the tp-local seeds.
-constexpr uint64_t kTpSeedOffset = 2718;
-
-// The same on every rank.
+// The same on every rank (a region that differs per TP rank, like dropout on head-sharded
+// activations, would add Megatron's seed + 2718 + tp_rank; nothing here draws one yet).
 inline RngStream replicated_stream(uint64_t seed, uint64_t stream_id = 0) {
   return RngStream(seed, stream_id);
-}
-// Different on every TP rank: seed + 2718 + tp_rank.
-inline RngStream tp_local_stream(uint64_t seed, int tp_rank, uint64_t stream_id = 0) {
-  return RngStream(seed + kTpSeedOffset + uint64_t(tp_rank), stream_id);
 }
 
 // A stable tensor id from a parameter name (FNV-1a 64), so adding a tensor never shifts the

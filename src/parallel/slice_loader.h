@@ -1,7 +1,7 @@
 // Where a TP layer gets its weight shard: a callback that returns the slice [range) along one
 // dim of the full tensor, so a file-backed loader reads only this rank's bytes. slice_of() wraps
-// a full tensor already in memory (tests, small models). ensure_grad / ensure_f32: the layers'
-// lazy gradients and the buffers they keep across steps.
+// a full tensor already in memory (tests, small models). ensure_grad / ensure_f32 / rows_of:
+// the layers' lazy gradients and the buffers they keep across steps.
 #pragma once
 
 #include <functional>
@@ -45,6 +45,14 @@ inline void ensure_grad(Tensor& grad, const Shape& shape) {
 // only when it is not an f32 tensor of `shape` already.
 inline void ensure_f32(Tensor& t, const Shape& shape) {
   if (!is_f32_of(t, shape)) t = Tensor::empty(shape, DType::kF32);
+}
+
+// The first N rows of a (rows >= N, cols) f32 buffer kept across calls (inference scratch,
+// saved activations), reallocated only to grow or when its width changes.
+inline Tensor scratch_rows(Tensor& buf, int64_t N, int64_t cols) {
+  if (buf.ndim() != 2 || buf.dim(1) != cols || buf.dim(0) < N || buf.dtype() != DType::kF32)
+    buf = Tensor::empty({N, cols}, DType::kF32);
+  return buf.dim(0) == N ? buf : buf.slice(0, 0, N);
 }
 
 }  // namespace tensorpar

@@ -23,21 +23,26 @@ class VocabParallelEmbedding {
   Range vocab_range() const { return range_; }
   int64_t vocab_local() const { return range_.size(); }
 
-  Tensor& weight() { return weight_; }  // (vocab_local, C) f32
+  // (vocab_local, C): f32 (training), or bf16/f16/block-quantized as loaded (inference; a tied
+  // LM head multiplies by the same table).
+  Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
   // (vocab_local, C) f32, allocated and zeroed by the first backward; accumulates.
   Tensor& d_weight() { return d_weight_; }
   void zero_grad();
 
-  // Takes rows vocab_range() of the full table (V, C) (converted to f32).
+  // Takes rows vocab_range() of the full table (V, C) in the loader's dtype.
   void load(const SliceLoader& table);
   // This rank's rows of a full N(0, stddev^2) table (init_normal_sliced).
   void init_normal(float stddev, uint64_t seed, uint64_t tensor_id);
 
   // out (N, C) f32 = table[ids (N) i64], all-reduced over tp. Ids outside [0, V) throw.
   void forward(Tensor& out, const Tensor& ids, Communicator& tp) const;
+  void forward(Tensor& out, const int64_t* ids, int64_t n, Communicator& tp) const;
   // d_weight (vocab_local, C) += rows of d_out (N, C) whose ids this rank owns. No communication.
+  // Needs an f32 table.
   void backward(const Tensor& d_out, const Tensor& ids);
+  void backward(const Tensor& d_out, const int64_t* ids, int64_t n);
 
  private:
   int64_t vocab_ = 0, dim_ = 0;

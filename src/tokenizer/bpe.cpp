@@ -1,6 +1,6 @@
-// Byte-level mapping and the BPE merge loop. The loop keeps the symbols of a piece in a linked
-// list and candidate pairs in a min-heap keyed by (rank, position), validated lazily when popped:
-// O(n log n) per piece, so long runs (a thousand spaces) stay cheap.
+// Byte-level mapping, initial symbols and the BPE merge loop. The loop keeps the symbols of a piece
+// in a linked list and candidate pairs in a min-heap keyed by (rank, position), validated lazily
+// when popped: O(n log n) per piece, so long runs (a thousand spaces) stay cheap.
 #include "tokenizer/bpe.h"
 
 #include <queue>
@@ -57,16 +57,30 @@ bool byte_level_decode(std::string_view spelled, std::string* out) {
   return true;
 }
 
-void BpeModel::add_token(const std::string& bytes, int32_t id) {
-  vocab_.emplace(bytes, id);
-  if (bytes.size() == 1) {
-    auto& slot = byte_id_[static_cast<uint8_t>(bytes[0])];
+int byte_token_value(std::string_view s) {
+  auto hex = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+  };
+  if (s.size() != 6 || s.substr(0, 3) != "<0x" || s[5] != '>') return -1;
+  const int hi = hex(s[3]), lo = hex(s[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
+void BpeModel::add_token(const std::string& key, int32_t id) {
+  vocab_.emplace(key, id);
+  if (key.size() == 1) {
+    auto& slot = byte_id_[static_cast<uint8_t>(key[0])];
     if (slot < 0) slot = id;
+  }
+  if (!o_.byte_level) {
+    const int b = byte_token_value(key);
+    if (b >= 0 && byte_token_id_[static_cast<size_t>(b)] < 0)
+      byte_token_id_[static_cast<size_t>(b)] = id;
   }
 }
 
-int32_t BpeModel::find(std::string_view bytes) const {
-  auto it = vocab_.find(bytes);
+int32_t BpeModel::find(std::string_view key) const {
+  auto it = vocab_.find(key);
   return it == vocab_.end() ? -1 : it->second;
 }
 
@@ -75,15 +89,53 @@ void BpeModel::add_merge(std::string_view a, std::string_view b, int32_t rank) {
   std::string ab(a);
   ab += b;
   const int32_t iab = find(ab);
-  TP_CHECK(ia >= 0 && ib >= 0 && iab >= 0, "[BpeModel::add_merge] merge ", rank, " ('",
-           byte_level_encode(a), "' '", byte_level_encode(b),
+  auto show = [&](std::string_view k) {
+    return o_.byte_level ? byte_level_encode(k) : std::string(k);
+  };
+  TP_CHECK(ia >= 0 && ib >= 0 && iab >= 0, "[BpeModel::add_merge] merge ", rank, " ('", show(a),
+           "' '", show(b),
            "'): got a part or result missing from the vocab, expected all three to be tokens");
   merges_.emplace(key(ia, ib), Merge{rank, iab});
 }
 
-void BpeModel::encode(std::string_view piece, bool ignore_merges, std::vector<int32_t>& out) const {
+// The ids before any merge (HF's BPE::merge_word). Bytes / characters without a token become
+// their <0xNN> tokens (byte_fallback), else unk (fused when asked), else are dropped, as HF does
+// for a BPE model without unk (some real vocabularies, e.g. SmolLM2's, lack a few control and
+// never-used lead bytes).
+void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  bool prev_unk = false;
+  for (size_t i = 0; i < piece.size();) {
+    size_t len = 1;
+    int32_t id;
+    if (o_.byte_level) {
+      id = byte_id_[static_cast<uint8_t>(piece[i])];
+    } else {
+      len = static_cast<size_t>(utf8_next(piece, i).len);
+      id = len == 1 ? byte_id_[static_cast<uint8_t>(piece[i])] : find(piece.substr(i, len));
+    }
+    if (id >= 0) {
+      ids.push_back(id);
+      prev_unk = false;
+    } else {
+      bool all = o_.byte_fallback;
+      for (size_t k = i; all && k < i + len; ++k)
+        all = byte_token_id_[static_cast<uint8_t>(piece[k])] >= 0;
+      if (all) {
+        for (size_t k = i; k < i + len; ++k)
+          ids.push_back(byte_token_id_[static_cast<uint8_t>(piece[k])]);
+        prev_unk = false;
+      } else if (o_.unk_id >= 0) {
+        if (!(o_.fuse_unk && prev_unk)) ids.push_back(o_.unk_id);
+        prev_unk = true;
+      }
+    }
+    i += len;
+  }
+}
+
+void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
-  if (ignore_merges) {
+  if (o_.ignore_merges) {
     const int32_t whole = find(piece);
     if (whole >= 0) {
       out.push_back(whole);
@@ -94,23 +146,18 @@ void BpeModel::encode(std::string_view piece, bool ignore_merges, std::vector<in
     int32_t id;
     int prev, next;  // -1 at the ends
   };
-  // Bytes without a token are dropped, as HF tokenizers does for a BPE model without unk (some
-  // real vocabularies, e.g. SmolLM2's, lack a few control and never-used lead bytes).
-  std::vector<Sym> sym;
-  sym.reserve(piece.size());
-  for (char ch : piece) {
-    const int32_t id = byte_id_[static_cast<uint8_t>(ch)];
-    if (id < 0) continue;
-    const int i = static_cast<int>(sym.size());
-    sym.push_back({id, i - 1, -1});
-    if (i > 0) sym[static_cast<size_t>(i - 1)].next = i;
-  }
-  const int n = static_cast<int>(sym.size());
+  std::vector<int32_t> ids;
+  ids.reserve(piece.size());
+  initial_symbols(piece, ids);
+  const int n = static_cast<int>(ids.size());
   if (n == 0) return;
   if (n == 1) {
-    out.push_back(sym[0].id);
+    out.push_back(ids[0]);
     return;
   }
+  std::vector<Sym> sym(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    sym[static_cast<size_t>(i)] = {ids[static_cast<size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1};
   struct Cand {
     int32_t rank;
     int pos;

@@ -51,8 +51,30 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
+// Gemma's template: bos always; a leading system message becomes "<content>\n\n" at the start of
+// the first turn; "assistant" is spelled "model"; contents are trimmed.
+std::string ChatTemplate::apply_gemma(std::span<const ChatMessage> messages,
+                                      bool add_generation_prompt) const {
+  std::string out = prefix;
+  std::string first_prefix;
+  size_t begin = 0;
+  if (!messages.empty() && messages[0].role == "system") {
+    first_prefix = messages[0].content + "\n\n";
+    begin = 1;
+  }
+  for (size_t i = begin; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    out += "<start_of_turn>" + (m.role == "assistant" ? std::string("model") : m.role) + "\n";
+    if (i == begin) out += first_prefix;
+    out += std::string(trim(m.content)) + "<end_of_turn>\n";
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
 ChatTemplate ChatTemplate::detect(std::string_view t) {
   if (t.find("<|start_header_id|>") != std::string_view::npos) return llama3();
+  if (t.find("<start_of_turn>") != std::string_view::npos) return gemma();
   if (t.find("<|im_start|>") != std::string_view::npos) {
     ChatTemplate c = chatml();
     c.default_system = default_system_prompt(t);
@@ -60,12 +82,14 @@ ChatTemplate ChatTemplate::detect(std::string_view t) {
   }
   TP_CHECK(false, "[ChatTemplate::detect] unknown chat template: got '",
            std::string(t.substr(0, 120)), t.size() > 120 ? "..." : "",
-           "', expected a ChatML (<|im_start|>) or Llama 3 (<|start_header_id|>) template");
+           "', expected a ChatML (<|im_start|>), Llama 3 (<|start_header_id|>) or Gemma "
+           "(<start_of_turn>) template");
   return chatml();
 }
 
 std::string ChatTemplate::apply(std::span<const ChatMessage> messages,
                                 bool add_generation_prompt) const {
+  if (kind == ChatTemplateKind::kGemma) return apply_gemma(messages, add_generation_prompt);
   // The real templates emit the prefix and the default system prompt with the first message,
   // so an empty conversation gets neither.
   std::string out = messages.empty() ? "" : prefix;

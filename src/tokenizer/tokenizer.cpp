@@ -1,11 +1,12 @@
-// Tokenizer core: added-token matching, encode/decode, streaming decode, and the GGUF loader
-// (the JSON loader is in tokenizer_json.cpp). Both loaders fill the same private tables.
+// Tokenizer core: added-token matching, encode/decode and streaming decode. The loaders
+// (tokenizer_json.cpp, tokenizer_gguf.cpp) fill the same private tables.
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
-#include "tokenizer/nfc.h"
+#include "tokenizer/bpe.h"
 #include "tokenizer/unicode.h"
 
 namespace tensorpar {
@@ -14,7 +15,7 @@ namespace {
 // End-of-turn / end-of-text markers a generation loop should stop on, besides eos.
 constexpr std::string_view kStopTokens[] = {"<|im_end|>",      "<|eot_id|>",    "<|eom_id|>",
                                             "<|end_of_text|>", "<|endoftext|>", "</s>",
-                                            "<|end|>"};
+                                            "<|end|>",         "<end_of_turn>", "<eos>"};
 
 // Byte offset where the run of whitespace characters that ends at `end` begins (>= begin).
 size_t whitespace_run_start(std::string_view s, size_t begin, size_t end) {
@@ -39,39 +40,51 @@ size_t whitespace_run_end(std::string_view s, size_t begin) {
 
 }  // namespace
 
-void Tokenizer::set_token(int32_t id, std::string bytes, Kind kind) {
+void Tokenizer::set_token(int32_t id, std::string spelled, std::string bytes, Kind kind) {
   TP_CHECK(id >= 0 && id < (1 << 30), "[Tokenizer] token id: got ", id,
            ", expected 0 <= id < 2^30");
   const auto i = static_cast<size_t>(id);
   if (i >= bytes_.size()) {
     bytes_.resize(i + 1);
+    spelled_.resize(i + 1);
     kind_.resize(i + 1, Kind::kAbsent);
+    is_byte_token_.resize(i + 1, 0);
   }
+  const int b = kind == Kind::kNormal && !byte_level_ ? byte_token_value(spelled) : -1;
+  is_byte_token_[i] = b >= 0;
+  if (b >= 0) byte_known_[static_cast<size_t>(b)] = true;
+  if (kind == Kind::kNormal && byte_level_ && bytes.size() == 1)
+    byte_known_[static_cast<uint8_t>(bytes[0])] = true;
   bytes_[i] = std::move(bytes);
+  spelled_[i] = std::move(spelled);
   kind_[i] = kind;
 }
 
 void Tokenizer::add_added(Added a) {
   TP_CHECK(!a.content.empty(), "[Tokenizer] added token ", a.id,
            ": got empty content, expected text");
-  set_token(a.id, a.content, a.special ? Kind::kSpecial : Kind::kAdded);
+  set_token(a.id, a.content, a.content, a.special ? Kind::kSpecial : Kind::kAdded);
+  added_first_[static_cast<uint8_t>(a.content[0])] = true;
+  added_index_.emplace(a.content, added_.size());  // a repeated content keeps its first entry
+  const auto at = std::lower_bound(added_lengths_.begin(), added_lengths_.end(), a.content.size(),
+                                   std::greater<>());
+  if (at == added_lengths_.end() || *at != a.content.size())
+    added_lengths_.insert(at, a.content.size());
   added_.push_back(std::move(a));
 }
 
 void Tokenizer::finish(const char* where) {
   TP_CHECK(!bytes_.empty(), "[", where, "] empty vocabulary: got 0 tokens, expected at least 256");
-  // Longest content first, so the first match at a position is the longest one.
-  std::stable_sort(added_.begin(), added_.end(), [](const Added& a, const Added& b) {
-    return a.content.size() > b.content.size();
-  });
+  TP_CHECK(model_ != nullptr, "[", where, "] no model");
   for (int32_t id : {bos_id_, eos_id_})
     TP_CHECK(id < vocab_size(), "[", where, "] bos/eos id: got ", id, ", expected < vocab size ",
              vocab_size());
-  for (const Added& a : added_) added_first_[static_cast<uint8_t>(a.content[0])] = true;
   if (eos_id_ >= 0) eos_ids_.push_back(eos_id_);
   for (const Added& a : added_)
     for (std::string_view stop : kStopTokens)
-      if (a.special && a.content == stop && a.id != eos_id_) eos_ids_.push_back(a.id);
+      if (a.special && a.content == stop && a.id != eos_id_ &&
+          std::find(eos_ids_.begin(), eos_ids_.end(), a.id) == eos_ids_.end())
+        eos_ids_.push_back(a.id);
 }
 
 bool Tokenizer::is_eos(int32_t id) const {
@@ -82,15 +95,26 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && id < vocab_size() && kind_[static_cast<size_t>(id)] == Kind::kSpecial;
 }
 
-void Tokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  std::string normalized;
-  if (nfc_) {
-    normalized = nfc_normalize(text);
-    text = normalized;
+void Tokenizer::encode_text(std::string_view text, bool first, std::vector<int32_t>& out) const {
+  if (text.empty()) return;
+  const std::string normalized = normalizer_.apply(text);
+  std::vector<std::string> pieces;
+  pre_tokenizer_.split(normalized, first, pieces);
+  if (pre_tokenizer_.empty() && pieces.empty() && !normalized.empty()) pieces.push_back(normalized);
+  for (const std::string& p : pieces) model_->encode(p, out);
+}
+
+const Tokenizer::Added* Tokenizer::match_added(std::string_view text, size_t at,
+                                               bool allow_special) const {
+  for (size_t len : added_lengths_) {  // longest first
+    if (len > text.size() - at) continue;
+    auto it = added_index_.find(text.substr(at, len));
+    if (it == added_index_.end()) continue;
+    const Added& a = added_[it->second];
+    if (a.special && !allow_special) continue;
+    return &a;
   }
-  std::vector<std::string_view> pieces;
-  pre_tokenize(pre_, text, pieces);
-  for (std::string_view p : pieces) bpe_.encode(p, ignore_merges_, out);
+  return nullptr;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
@@ -99,23 +123,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
   size_t done = 0;  // text before this offset is encoded
   for (size_t i = 0; i < text.size(); ++i) {
     if (!added_first_[static_cast<uint8_t>(text[i])]) continue;
-    const Added* hit = nullptr;
-    for (const Added& a : added_) {  // longest first
-      if ((a.special && !allow_special) || a.content[0] != text[i]) continue;
-      if (text.compare(i, a.content.size(), a.content) == 0) {
-        hit = &a;
-        break;
-      }
-    }
+    const Added* hit = match_added(text, i, allow_special);
     if (hit == nullptr) continue;
     const size_t begin = hit->lstrip ? whitespace_run_start(text, done, i) : i;
-    encode_text(text.substr(done, begin - done), out);
+    encode_text(text.substr(done, begin - done), done == 0, out);
     out.push_back(hit->id);
     done = i + hit->content.size();
     if (hit->rstrip) done = whitespace_run_end(text, done);
     i = done - 1;
   }
-  encode_text(text.substr(done), out);
+  encode_text(text.substr(done), done == 0, out);
   return out;
 }
 
@@ -127,74 +144,54 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids) const {
-  std::string raw;
-  for (int32_t id : ids) raw += token_bytes(id);
-  return utf8_lossy(raw);
+  std::string out;
+  std::string byte_run;  // consecutive <0xNN> tokens (ByteFallback decoding)
+  auto flush_bytes = [&] {
+    if (byte_run.empty()) return;
+    if (utf8_lossy(byte_run) == byte_run) {
+      out += byte_run;
+    } else {
+      for (size_t k = 0; k < byte_run.size(); ++k) out += "\xEF\xBF\xBD";
+    }
+    byte_run.clear();
+  };
+  for (int32_t id : ids) {
+    const std::string& b = token_bytes(id);
+    if (byte_fallback_decode_ && is_byte_token_[static_cast<size_t>(id)]) {
+      byte_run += b;
+      continue;
+    }
+    flush_bytes();
+    out += b;
+  }
+  flush_bytes();
+  if (strip_leading_space_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (!wordpiece_prefix_.empty() && !ids.empty() &&
+      kind_[static_cast<size_t>(ids[0])] == Kind::kNormal &&
+      spelled_[static_cast<size_t>(ids[0])].starts_with(wordpiece_prefix_))
+    out.insert(0, wordpiece_prefix_);
+  return utf8_lossy(out);
 }
 
 std::string Tokenizer::token_text(int32_t id) const {
-  const std::string& b = token_bytes(id);
-  return kind_[static_cast<size_t>(id)] == Kind::kNormal && bpe_.find(b) == id
-             ? byte_level_encode(b)
-             : b;
+  (void)token_bytes(id);  // checks id
+  return spelled_[static_cast<size_t>(id)];
 }
 
 int32_t Tokenizer::token_id(std::string_view spelled) const {
-  for (const Added& a : added_)
-    if (a.content == spelled) return a.id;
+  auto it = added_index_.find(spelled);
+  if (it != added_index_.end()) return added_[it->second].id;
+  if (!byte_level_) return model_->find(spelled);
   std::string raw;
-  return byte_level_decode(spelled, &raw) ? bpe_.find(raw) : -1;
-}
-
-Tokenizer Tokenizer::from_gguf_vocab(const std::vector<std::string>& tokens,
-                                     const std::vector<std::string>& merges,
-                                     const std::vector<int32_t>& token_types, int32_t bos_id,
-                                     int32_t eos_id, std::string_view pre, bool add_bos) {
-  const char* where = "Tokenizer::from_gguf_vocab";
-  TP_CHECK(token_types.empty() || token_types.size() == tokens.size(), "[", where,
-           "] token_type count: got ", token_types.size(), ", expected ", tokens.size(),
-           " (one per token)");
-  Tokenizer t;
-  t.pre_ = pre_tokenizer_from_name(pre);
-  t.ignore_merges_ = t.pre_ == PreTokenizer::kLlama3;  // as in Llama 3's tokenizer.json
-  t.bytes_.reserve(tokens.size());
-  t.kind_.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const auto id = static_cast<int32_t>(i);
-    const int32_t type = token_types.empty() ? 1 : token_types[i];
-    TP_CHECK(type >= 1 && type <= 6, "[", where, "] token ", id, " type: got ", type,
-             ", expected 1..6");
-    if (type == int32_t(GgufTokenType::kControl) || type == int32_t(GgufTokenType::kUserDefined)) {
-      t.add_added({tokens[i], id, type == int32_t(GgufTokenType::kControl), false, false});
-      continue;
-    }
-    std::string raw;
-    if (!byte_level_decode(tokens[i], &raw))
-      raw = tokens[i];  // not byte-level: kept verbatim
-    else if (type == int32_t(GgufTokenType::kNormal))
-      t.bpe_.add_token(raw, id);
-    t.set_token(id, std::move(raw), Kind::kNormal);
-  }
-  for (size_t r = 0; r < merges.size(); ++r) {
-    const std::string& m = merges[r];
-    const size_t sp = m.find(' ', 1);
-    TP_CHECK(sp != std::string::npos && sp + 1 < m.size(), "[", where, "] merge ", r, ": got '", m,
-             "', expected two tokens separated by a space");
-    std::string a, b;
-    TP_CHECK(byte_level_decode(std::string_view(m).substr(0, sp), &a) &&
-                 byte_level_decode(std::string_view(m).substr(sp + 1), &b),
-             "[", where, "] merge ", r, ": got '", m, "', expected byte-level spelled tokens");
-    t.bpe_.add_merge(a, b, static_cast<int32_t>(r));
-  }
-  t.bos_id_ = bos_id;
-  t.eos_id_ = eos_id;
-  t.add_bos_ = add_bos && bos_id >= 0;
-  t.finish(where);
-  return t;
+  return byte_level_decode(spelled, &raw) ? model_->find(raw) : -1;
 }
 
 std::string StreamDecoder::push(int32_t id) {
   pending_ += tok_->token_bytes(id);
+  if (!started_ && tok_->strip_leading_space_ && !pending_.empty()) {
+    if (pending_[0] == ' ') pending_.erase(0, 1);
+    started_ = true;
+  }
   const size_t keep = utf8_incomplete_tail(pending_);
   std::string out = utf8_lossy(std::string_view(pending_).substr(0, pending_.size() - keep));
   pending_.erase(0, pending_.size() - keep);
@@ -204,6 +201,7 @@ std::string StreamDecoder::push(int32_t id) {
 std::string StreamDecoder::flush() {
   std::string out = utf8_lossy(pending_);
   pending_.clear();
+  started_ = false;
   return out;
 }
 

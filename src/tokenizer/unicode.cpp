@@ -1,5 +1,4 @@
-// UTF-8 decoding with maximal-subpart error handling, and the character-class lookups over the
-// generated range tables (unicode_tables.cpp).
+// UTF-8 decoding with maximal-subpart error handling, and the White_Space property.
 #include "tokenizer/unicode.h"
 
 #include <algorithm>
@@ -26,14 +25,6 @@ bool lead_info(uint8_t b, int* n_cont, uint8_t* lo2, uint8_t* hi2) {
     return false;
   }
   return true;
-}
-
-bool in_ranges(uint32_t cp, const unicode_detail::CodeRange* r, int n) {
-  const auto* end = r + n;
-  // First range whose hi >= cp.
-  const auto* it = std::lower_bound(
-      r, end, cp, [](const unicode_detail::CodeRange& a, uint32_t v) { return a.hi < v; });
-  return it != end && it->lo <= cp;
 }
 
 }  // namespace
@@ -103,16 +94,6 @@ size_t utf8_incomplete_tail(std::string_view s) {
     return (!c.valid && static_cast<size_t>(c.len) == back) ? back : 0;
   }
   return 0;
-}
-
-bool is_letter(uint32_t cp) {
-  if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
-  return in_ranges(cp, unicode_detail::kLetterRanges, unicode_detail::kLetterRangeCount);
-}
-
-bool is_number(uint32_t cp) {
-  if (cp < 0x80) return cp >= '0' && cp <= '9';
-  return in_ranges(cp, unicode_detail::kNumberRanges, unicode_detail::kNumberRangeCount);
 }
 
 bool is_whitespace(uint32_t cp) {

@@ -1,6 +1,7 @@
-// The few Unicode facts the byte-level BPE tokenizer needs: UTF-8 decoding that never fails (an
-// invalid byte run is one "character" of its own), the \p{L} / \p{N} / \s classes of the
-// pre-tokenizer patterns, and lossy UTF-8 repair (invalid runs -> U+FFFD, as HF's decode does).
+// The few Unicode facts the tokenizer handles itself: UTF-8 decoding that never fails (an invalid
+// byte run is one "character" of its own), the White_Space property (added tokens' lstrip/rstrip,
+// the Strip normalizer), and lossy UTF-8 repair (invalid runs -> U+FFFD, as HF's decode does).
+// Character classes and normal forms come from PCRE2 and ICU (regex.h, normalizer.h).
 #pragma once
 
 #include <cstddef>
@@ -9,16 +10,6 @@
 #include <string_view>
 
 namespace tensorpar {
-
-namespace unicode_detail {
-struct CodeRange {
-  uint32_t lo, hi;  // inclusive
-};
-extern const CodeRange kLetterRanges[];
-extern const int kLetterRangeCount;
-extern const CodeRange kNumberRanges[];
-extern const int kNumberRangeCount;
-}  // namespace unicode_detail
 
 // One step of UTF-8 decoding at a byte offset.
 struct Utf8Char {
@@ -40,8 +31,6 @@ std::string utf8_lossy(std::string_view bytes);
 // (0 to 3); a streaming decoder holds these back until the next bytes arrive.
 size_t utf8_incomplete_tail(std::string_view s);
 
-bool is_letter(uint32_t cp);      // \p{L}: Lu Ll Lt Lm Lo
-bool is_number(uint32_t cp);      // \p{N}: Nd Nl No
 bool is_whitespace(uint32_t cp);  // \s: the White_Space property
 
 }  // namespace tensorpar

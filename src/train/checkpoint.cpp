@@ -90,4 +90,17 @@ nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamS
   return state;
 }
 
+std::string checkpoint_root(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.has_parent_path() && p.filename().empty()) p = p.parent_path();  // "runs/x/step-4/"
+  if (fs::exists(p / "latest") || !fs::exists(p / "index.json")) return path;
+  const fs::path parent = p.parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+int64_t latest_checkpoint_step(const std::string& root) {
+  if (!fs::exists(fs::path(root) / "latest")) return -1;
+  return ShardedCheckpointReader(root).state().value("step", int64_t(0));
+}
+
 }  // namespace tensorpar

@@ -35,4 +35,11 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
 nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,
                                AdamW* opt);
 
+// The root directory a checkpoint path belongs to, where a run that continues it saves: the path
+// itself when it is a root (it has `latest`, or no index.json), the parent of a step directory.
+std::string checkpoint_root(const std::string& path);
+
+// The step of the checkpoint `root/latest` names; -1 when root has no `latest`.
+int64_t latest_checkpoint_step(const std::string& root);
+
 }  // namespace tensorpar

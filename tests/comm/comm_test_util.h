@@ -76,8 +76,10 @@ inline Bytes reference_reduce(DType t, ReduceOp op, const std::vector<const Byte
   return out;
 }
 
-// A short timeout, so that a bug fails a test instead of hanging it.
-inline CommOptions test_comm_options(double timeout_s = 30) {
+// By default the configured timeout (TENSORPAR_COMM_TIMEOUT; scripts/test.sh sets 60 s): a bug
+// fails a test instead of hanging it, and a busy machine does not make a correct run time out.
+// Tests of the timeout itself pass a short one. Debug mode stays off unless a test turns it on.
+inline CommOptions test_comm_options(double timeout_s = CommOptions::from_env().timeout_s) {
   CommOptions o;
   o.timeout_s = timeout_s;
   return o;

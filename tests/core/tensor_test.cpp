@@ -110,7 +110,7 @@ TEST(Half, F16RoundTripsEveryValue) {
 TEST(Quant, RoundTripWithinHalfAStep) {
   TP_SEED_TRACE();
   Rng rng(3);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1}) {
     const int64_t n = 32 * 9;
     auto x = rng.uniform_vec(size_t(n), -2, 3);
     std::vector<uint8_t> q(static_cast<size_t>(dtype_nbytes(t, n)));
@@ -121,7 +121,11 @@ TEST(Quant, RoundTripWithinHalfAStep) {
       float lo = x[size_t(b * 32)], hi = lo;
       for (int j = 0; j < 32; ++j) lo = std::min(lo, x[size_t(b * 32 + j)]), hi = std::max(hi, x[size_t(b * 32 + j)]);
       const float amax = std::max(std::fabs(lo), std::fabs(hi));
-      const float step = t == DType::kQ8_0 ? amax / 127 : t == DType::kQ4_0 ? amax / 8 : (hi - lo) / 15;
+      const float step = t == DType::kQ8_0   ? amax / 127
+                         : t == DType::kQ4_0 ? amax / 8
+                         : t == DType::kQ5_0 ? amax / 16
+                         : t == DType::kQ5_1 ? (hi - lo) / 31
+                                             : (hi - lo) / 15;
       for (int j = 0; j < 32; ++j) {
         // Half a step plus the f16 rounding of the scale (and offset).
         const float tol = 0.5f * step * 1.01f + amax * 2e-3f;

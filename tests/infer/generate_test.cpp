@@ -1,6 +1,5 @@
 // The generation loop over the fake model: greedy sequences equal a plain loop at every TP size;
 // EOS, stop strings and the token budget end it; streamed pieces add up to the final text.
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -39,30 +38,29 @@ std::vector<int32_t> greedy_reference(std::vector<int32_t> seq, int steps) {
 }
 
 struct GenRun {
-  GenerateResult result;
-  std::string streamed;
+  GenerateResult result;  // rank 0's
+  std::string streamed;   // what rank 0 streamed
 };
 
+// Generates on tp_size ranks and returns rank 0's result; every other rank must end with the same
+// tokens and stream nothing. Each rank's result is kept and compared after the join, so the check
+// holds whichever rank finishes first.
 GenRun run_generate(int tp_size, const std::vector<int32_t>& prompt, const GenerateOptions& opt, const Tokenizer& tok) {
-  GenRun run;
-  std::mutex mu;
-  launch_ranks({.backend = Backend::kThreads, .n_ranks = tp_size, .threads_per_rank = 1, .comm = {.timeout_s = 30}},
+  std::vector<GenerateResult> results(static_cast<size_t>(tp_size));
+  std::vector<std::string> streamed(static_cast<size_t>(tp_size));
+  launch_ranks({.backend = Backend::kThreads, .n_ranks = tp_size, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                [&](Communicator& tp) {
                  FakeModel model(kVocab, tp);
                  auto cache = model.make_cache(256);
-                 std::string streamed;
-                 GenerateResult r = generate(model, *cache, prompt, opt, tp.rank() == 0 ? &tok : nullptr,
-                                             [&](std::string_view s) { streamed += s; });
-                 std::lock_guard<std::mutex> lk(mu);
-                 if (tp.rank() == 0) {
-                   run.result = r;
-                   run.streamed = streamed;
-                 } else {
-                   EXPECT_TRUE(streamed.empty());
-                   EXPECT_EQ(r.tokens, run.result.tokens.empty() ? r.tokens : run.result.tokens);
-                 }
+                 const auto r = size_t(tp.rank());
+                 results[r] = generate(model, *cache, prompt, opt, tp.rank() == 0 ? &tok : nullptr,
+                                       [&](std::string_view s) { streamed[r] += s; });
                });
-  return run;
+  for (int r = 1; r < tp_size; ++r) {
+    EXPECT_TRUE(streamed[size_t(r)].empty()) << "rank " << r;
+    EXPECT_EQ(results[size_t(r)].tokens, results[0].tokens) << "rank " << r << " of " << tp_size;
+  }
+  return {results[0], streamed[0]};
 }
 
 TEST(Generate, GreedyMatchesAPlainLoopAtEveryTpSize) {
@@ -115,7 +113,7 @@ TEST(Generate, StopsBeforeAStopStringAndNeverStreamsPastIt) {
 
 TEST(Generate, RejectsBadPrompts) {
   const Tokenizer tok = byte_tokenizer(-1);
-  launch_ranks({.backend = Backend::kThreads, .n_ranks = 1, .threads_per_rank = 1, .comm = {.timeout_s = 30}},
+  launch_ranks({.backend = Backend::kThreads, .n_ranks = 1, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                [&](Communicator& tp) {
                  FakeModel model(kVocab, tp);
                  auto cache = model.make_cache(4);
@@ -145,7 +143,7 @@ TEST(Perplexity, MatchesANaiveLogSoftmaxAndGathersShards) {
     }
   }
   for (int n : {1, 2, 3}) {
-    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = {.timeout_s = 30}},
+    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                  [&](Communicator& tp) {
                    FakeModel model(kVocab, tp);
                    int64_t checked = 0;

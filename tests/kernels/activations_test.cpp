@@ -119,5 +119,31 @@ TEST(Activations, SwigluForwardAndBackward) {
   }
 }
 
+// The fused-rows form: gate and up interleaved per row as (rows, [gate F | up F]).
+TEST(Activations, SwigluRowsMatchTheFormulaOnFusedRows) {
+  TP_SEED_TRACE();
+  Rng rng(4);
+  for (const auto& [rows, F] : {std::pair<int64_t, int64_t>{1, 9}, {3, 5}, {40, 1000}}) {
+    const auto gu = rng.uniform_vec(size_t(rows * 2 * F), -4, 4);
+    const auto dy = rng.uniform_vec(size_t(rows * F));
+    std::vector<double> want(size_t(rows * F)), want_dgu(gu.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < F; ++i) {
+        const double g = gu[size_t(r * 2 * F + i)], u = gu[size_t(r * 2 * F + F + i)];
+        const double s = 1.0 / (1.0 + std::exp(-g)), d = dy[size_t(r * F + i)];
+        want[size_t(r * F + i)] = g * s * u;
+        want_dgu[size_t(r * 2 * F + i)] = 1.0 + s * (1.0 + g * (1.0 - s)) * u * d;  // starts at 1
+        want_dgu[size_t(r * 2 * F + F + i)] = 1.0 + g * s * d;
+      }
+    auto out = nan_vec(size_t(rows * F));
+    swiglu_rows_forward(out.data(), gu.data(), rows, F);
+    const std::string what = "rows=" + std::to_string(rows) + " F=" + std::to_string(F);
+    expect_close(out, want, 1e-6, 1e-5, "swiglu rows out " + what);
+    std::vector<float> dgu(gu.size(), 1.0f);
+    swiglu_rows_backward(dgu.data(), dy.data(), gu.data(), rows, F);
+    expect_close(dgu, want_dgu, 1e-5, 1e-4, "swiglu rows d_gate_up " + what);
+  }
+}
+
 }  // namespace
 }  // namespace tensorpar

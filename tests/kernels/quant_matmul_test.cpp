@@ -1,8 +1,9 @@
-// Quantized-weight matmul (q8_0 / q4_0 / q4_1) against the naive reference on the dequantized
-// weight: the fused kernel on every ISA this CPU has, the tiled oneDNN path, strided weights,
-// accumulation, backward to the input, and the matmul_forward dispatch.
+// Quantized-weight matmul (every block-quantized DType: legacy 32-weight blocks and K-quant
+// super-blocks) against the naive reference on the dequantized weight: the fused kernel on every
+// ISA this CPU has, the tiled oneDNN path, strided weights, accumulation, backward to the input,
+// the matmul_forward dispatch, and the SIMD dequantizers against the scalar reference.
 //
-// Tolerances (inputs uniform in [-1, 1], dequantized weights within [-1.1, 1.1]):
+// Tolerances (inputs uniform in [-1, 1], dequantized weights within [-1.5, 1.5]):
 // - f32 activations: the fused kernel and the f32 tiles see exactly the reference's weights up to
 //   one rounding of q*d+m, so a K-term f32 sum: 1e-6 * K + 1e-5 absolute.
 // - bf16 activations with the tiled path: weights are rounded to bf16 (relative 2^-9 each), a
@@ -12,12 +13,16 @@
 
 #include "core/quant.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
+#include "quant_test_util.h"
 #include "test_util.h"
 
 namespace tensorpar {
 namespace {
 
+using testing::kAllQuantTypes;
 using testing::nan_tensor;
+using testing::random_blocks;
 using testing::Rng;
 
 Tensor random_quant(Rng& rng, int64_t n, int64_t k, DType t) {
@@ -41,26 +46,32 @@ double err(const Tensor& got, const Tensor& want) {
   return testing::max_abs_diff(got.to_vector(), want.to_vector());
 }
 
-const DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+// Reduction lengths: a few blocks, and (unsanitized) a length past 512 for the K-quants too.
+std::vector<int64_t> test_ks(DType t) {
+  if (dtype_is_kquant(t)) return {256, kSanitized ? 512 : 768};
+  return {32, 96, kSanitized ? 160 : 608};
+}
 
 TEST(QuantMatmul, FusedMatchesNaiveOnEveryIsa) {
   TP_SEED_TRACE();
   Rng rng(11);
   MatmulEngine eng;
-  for (const QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512}) {
-    if (!quant_isa_supported(isa)) continue;
-    for (const DType t : kQuantTypes) {
-      for (const int64_t M : {1, 3, 7}) {
-        for (const int64_t N : {int64_t(1), int64_t(33), kSanitized ? int64_t(65) : int64_t(577)}) {
-          for (const int64_t K : {int64_t(32), int64_t(96), kSanitized ? int64_t(160) : int64_t(608)}) {
+  // The naive reference once per case, every ISA against it.
+  for (const DType t : kAllQuantTypes) {
+    for (const int64_t M : {1, 3, 7}) {
+      for (const int64_t N : {int64_t(1), int64_t(33), kSanitized ? int64_t(65) : int64_t(577)}) {
+        for (const int64_t K : test_ks(t)) {
+          const Tensor w = random_blocks(rng, N, K, t);
+          const Tensor in = rng.uniform_tensor({M, K});
+          const Tensor bias = rng.uniform_tensor({N});
+          Tensor want = nan_tensor({M, N});
+          matmul_forward_naive(want, in, w, &bias);
+          for (const QuantIsa isa : {QuantIsa::kScalar, QuantIsa::kAvx2, QuantIsa::kAvx512}) {
+            if (!quant_isa_supported(isa)) continue;
             SCOPED_TRACE(::testing::Message() << "isa=" << int(isa) << " " << dtype_name(t) << " M=" << M
                                               << " N=" << N << " K=" << K);
-            const Tensor w = random_quant(rng, N, K, t);
-            const Tensor in = rng.uniform_tensor({M, K});
-            const Tensor bias = rng.uniform_tensor({N});
-            Tensor out = nan_tensor({M, N}), want = nan_tensor({M, N});
+            Tensor out = nan_tensor({M, N});
             quant_matmul_forward_fused(eng, out, in, w, &bias, isa);
-            matmul_forward_naive(want, in, w, &bias);
             ASSERT_LE(err(out, want), f32_tol(K));
           }
         }
@@ -73,9 +84,9 @@ TEST(QuantMatmul, Bf16ActivationsAndOutput) {
   TP_SEED_TRACE();
   Rng rng(12);
   MatmulEngine eng;
-  for (const DType t : kQuantTypes) {
-    const int64_t M = 1, N = 33, K = 96;
-    const Tensor w = random_quant(rng, N, K, t);
+  for (const DType t : kAllQuantTypes) {
+    const int64_t M = 1, N = 33, K = dtype_is_kquant(t) ? 256 : 96;
+    const Tensor w = random_blocks(rng, N, K, t);
     const Tensor in = rng.uniform_tensor({M, K}, DType::kBF16);
     Tensor out = nan_tensor({M, N}, DType::kBF16), want = nan_tensor({M, N});
     matmul_forward(eng, out, in, w, nullptr);
@@ -91,14 +102,14 @@ TEST(QuantMatmul, TiledMatchesNaive) {
   TP_SEED_TRACE();
   Rng rng(13);
   MatmulEngine eng;
-  for (const DType t : kQuantTypes) {
+  for (const DType t : kAllQuantTypes) {
     for (const DType at : {DType::kF32, DType::kBF16}) {
       // N = 577 with K = 2048 spans several 2 MiB tiles (a ragged last one; K = 512 under ASan:
       // one tile).
-      for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{9, 33, 96}, {33, 577, kSanitized ? 512 : 2048}}) {
+      for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{9, 33, 256}, {33, 577, kSanitized ? 512 : 2048}}) {
         SCOPED_TRACE(::testing::Message() << dtype_name(t) << " acts " << dtype_name(at) << " M=" << M
                                           << " N=" << N << " K=" << K);
-        const Tensor w = random_quant(rng, N, K, t);
+        const Tensor w = random_blocks(rng, N, K, t);
         const Tensor in = rng.uniform_tensor({M, K}, at);
         const Tensor bias = rng.uniform_tensor({N});
         Tensor out = nan_tensor({M, N}), want = nan_tensor({M, N});
@@ -114,22 +125,23 @@ TEST(QuantMatmul, DispatchStridedWeightAndAccumulate) {
   TP_SEED_TRACE();
   Rng rng(14);
   MatmulEngine eng;
-  for (const DType t : kQuantTypes) {
-    // A column slice at block boundaries (a row-parallel shard): row stride 160, K_local 64.
-    const Tensor full = random_quant(rng, 7, 160, t);
-    const Tensor w = full.slice(1, 32, 96);
+  for (const DType t : kAllQuantTypes) {
+    // A column slice at block boundaries (a row-parallel shard): 5 blocks per row, the middle 2.
+    const int64_t be = dtype_block_elems(t), K = 2 * be;
+    const Tensor full = random_blocks(rng, 7, 5 * be, t);
+    const Tensor w = full.slice(1, be, 3 * be);
     for (const int64_t M : {1, 33}) {
-      const Tensor in = rng.uniform_tensor({M, 64});
+      const Tensor in = rng.uniform_tensor({M, K});
       Tensor out = nan_tensor({M, 7}), want = nan_tensor({M, 7});
       matmul_forward(eng, out, in, w, nullptr);
       matmul_forward_naive(want, in, w, nullptr);
-      EXPECT_LE(err(out, want), f32_tol(64)) << dtype_name(t) << " M=" << M;
+      EXPECT_LE(err(out, want), f32_tol(K)) << dtype_name(t) << " M=" << M;
       // beta = 1 accumulates onto out.
       const Tensor start = rng.uniform_tensor({M, 7});
       Tensor acc = start.clone();
       quant_matmul_forward(eng, acc, in, w, nullptr, 1.0f);
       const auto a = acc.to_vector(), s = start.to_vector(), e = want.to_vector();
-      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], s[i] + e[i], f32_tol(64)) << i;
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], s[i] + e[i], f32_tol(K)) << i;
     }
   }
 }
@@ -138,9 +150,9 @@ TEST(QuantMatmul, BackwardInputMatchesNaive) {
   TP_SEED_TRACE();
   Rng rng(15);
   MatmulEngine eng;
-  for (const DType t : kQuantTypes) {
-    const int64_t M = 7, N = 33, K = 96;
-    const Tensor w = random_quant(rng, N, K, t);
+  for (const DType t : kAllQuantTypes) {
+    const int64_t M = 7, N = 33, K = dtype_is_kquant(t) ? 256 : 96;
+    const Tensor w = random_blocks(rng, N, K, t);
     const Tensor in = rng.uniform_tensor({M, K});
     const Tensor g = rng.uniform_tensor({M, N});
     const Tensor d0 = rng.uniform_tensor({M, K});
@@ -150,6 +162,32 @@ TEST(QuantMatmul, BackwardInputMatchesNaive) {
     EXPECT_LE(err(dx, want), f32_tol(N)) << dtype_name(t);
     Tensor dw = Tensor::zeros({N, K}, DType::kF32);
     EXPECT_THROW(matmul_backward(eng, nullptr, &dw, nullptr, g, in, w), Error);
+  }
+}
+
+// The AVX-512 dequantizers (tiles, K-quant super-blocks) give the scalar reference's values:
+// bitwise for K-quants and types without an offset (the same products), within one rounding of
+// q*d+m for q4_1/q5_1 (one fma against a multiply and an add).
+TEST(QuantMatmul, SimdDequantizeMatchesReference) {
+  if (!quant_isa_supported(QuantIsa::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  TP_SEED_TRACE();
+  Rng rng(17);
+  for (const DType t : kAllQuantTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t K = 4 * kKQuantBlock;
+    const Tensor w = random_blocks(rng, 1, K, t);
+    std::vector<float> want(static_cast<size_t>(K)), got(static_cast<size_t>(K), std::nanf(""));
+    dequantize_row(want.data(), w.raw(), t, K);
+    quant_detail::dequant_f32_avx512(got.data(), w.raw(), t, K / dtype_block_elems(t));
+    for (int64_t i = 0; i < K; ++i) {
+      if (quant_detail::quant_has_offset(t))
+        ASSERT_NEAR(got[size_t(i)], want[size_t(i)], 1e-6 * (std::fabs(want[size_t(i)]) + 1)) << i;
+      else
+        ASSERT_EQ(got[size_t(i)], want[size_t(i)]) << i;
+    }
+    std::vector<bf16> half(static_cast<size_t>(K));
+    quant_detail::dequant_bf16_avx512(half.data(), w.raw(), t, K / dtype_block_elems(t));
+    for (int64_t i = 0; i < K; ++i) ASSERT_EQ(half[size_t(i)].bits, f32_to_bf16(got[size_t(i)]).bits) << i;
   }
 }
 

@@ -1,7 +1,8 @@
 // The row-invariant inference matmul: rowwise_matmul_forward (float weights) against the naive
 // reference, and the property it exists for: a row's output is bitwise the same whether it is
 // multiplied alone or among other rows, at any position in the batch, with any thread count.
-// The fused quantized kernel, which inference uses for GGUF blocks, is held to the same property.
+// Quantized weights (every GGUF block type), which inference multiplies here too, are held to the
+// same property.
 //
 // Tolerance vs the naive double-precision reference: a K-term f32 dot product of values in
 // [-1, 1]: 1e-6 * K + 1e-5 absolute (f32 weights; bf16/f16 weights are widened exactly).
@@ -14,6 +15,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/rowwise_matmul.h"
+#include "quant_test_util.h"
 #include "test_util.h"
 
 namespace tensorpar {
@@ -79,27 +81,48 @@ TEST(RowwiseMatmul, RowsAreBatchInvariant) {
     }
 }
 
-TEST(RowwiseMatmul, QuantizedFusedRowsAreBatchInvariant) {
+// Every block-quantized type: one or two rows (legacy blocks dequantized in registers) and many
+// rows (weights dequantized into the L1 buffer) give the same bits, on both ISAs' paths; both
+// match the naive reference. Weights have random blocks (quant_test_util.h), |w| <= 1.5.
+TEST(RowwiseMatmul, QuantizedRowsAreBatchInvariant) {
   Rng rng(3);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
-  const int64_t K = 128, N = 19, M = 11;
+  const int64_t K = 512, N = 19, M = 11;
+  for (Kernel k : {&rowwise_matmul_forward, &rowwise_matmul_forward_portable})
+    for (DType t : testing::kAllQuantTypes) {
+      SCOPED_TRACE(dtype_name(t));
+      const Tensor w = testing::random_blocks(rng, N, K, t);
+      const Tensor x = rng.uniform_tensor({M, K});
+      Tensor all = nan_tensor({M, N});
+      k(all, x, w, nullptr);
+      for (int64_t r = 0; r < M; ++r) {
+        Tensor one = nan_tensor({1, N});
+        k(one, x.slice(0, r, r + 1), w, nullptr);
+        EXPECT_TRUE(bitwise_equal(row(one, 0), row(all, r))) << " row " << r;
+        const int64_t m0 = std::max<int64_t>(0, r - 1);
+        Tensor two = nan_tensor({r + 1 - m0, N});
+        k(two, x.slice(0, m0, r + 1), w, nullptr);
+        EXPECT_TRUE(bitwise_equal(row(two, r - m0), row(all, r))) << " row " << r << " of two";
+      }
+      Tensor want = nan_tensor({M, N});
+      matmul_forward_naive(want, x, w, nullptr);
+      EXPECT_LE(testing::max_abs_diff(all.to_vector(), want.to_vector()), 1.5e-6 * double(K) + 1e-5);
+    }
+}
+
+// The inference dispatch (MatmulEngine in row-invariant mode) runs the same kernel.
+TEST(RowwiseMatmul, EngineDispatchesQuantizedWeights) {
+  Rng rng(4);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   MatmulEngine eng;
   eng.set_row_invariant(true);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
-    const std::vector<float> v = rng.uniform_vec(size_t(N * K));
-    Tensor w = Tensor::empty({N, K}, t);
-    quantize_row(w.raw(), v.data(), t, N * K);
-    const Tensor x = rng.uniform_tensor({M, K});
-    Tensor all = nan_tensor({M, N});
-    matmul_forward(eng, all, x, w, nullptr);
-    for (int64_t r = 0; r < M; ++r) {
-      Tensor one = nan_tensor({1, N});
-      matmul_forward(eng, one, x.slice(0, r, r + 1), w, nullptr);
-      EXPECT_TRUE(bitwise_equal(row(one, 0), row(all, r))) << dtype_name(t) << " row " << r;
-    }
-    Tensor want = nan_tensor({M, N});
-    matmul_forward_naive(want, x, w, nullptr);
-    EXPECT_LE(testing::max_abs_diff(all.to_vector(), want.to_vector()), 1e-6 * double(K) + 1e-5);
+  for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
+    const Tensor w = testing::random_blocks(rng, 9, 256, t);
+    const Tensor x = rng.uniform_tensor({3, 256});
+    Tensor got = nan_tensor({3, 9}), want = nan_tensor({3, 9});
+    matmul_forward(eng, got, x, w, nullptr);
+    rowwise_matmul_forward(want, x, w, nullptr);
+    EXPECT_TRUE(bitwise_equal(got.to_vector(), want.to_vector())) << dtype_name(t);
   }
 }
 

@@ -63,38 +63,35 @@ struct Problem {
 constexpr double kTol = 2e-5;
 
 struct ColumnResult {
-  PerRank local, gathered, d_in, d_in_gathered, d_w, d_b;
+  PerRank local, d_in, d_w, d_b;
 };
 
 ColumnResult run_column(const Problem& p, int tp) {
   ColumnResult res;
-  for (PerRank* v : {&res.local, &res.gathered, &res.d_in, &res.d_in_gathered, &res.d_w, &res.d_b})
+  for (PerRank* v : {&res.local, &res.d_in, &res.d_w, &res.d_b})
     v->resize(static_cast<size_t>(tp));
   run_ranks(tp, [&](Communicator& c) {
     const size_t r = size_t(c.rank());
     MatmulEngine eng;
     ColumnParallelLinear layer(p.k, p.m, true, c.size(), c.rank());
     layer.load(slice_of(tensor_of({p.m, p.k}, p.w)), slice_of(tensor_of({p.m}, p.b)));
-    const Range mine = layer.out_range();
+    const Range mine = layer.part_range(0);
     EXPECT_EQ(mine, partition_even(p.m, c.size(), c.rank()));
     // (1, N, K): leading dims flatten.
     Tensor x = tensor_of({1, p.n, p.k}, p.x);
     Tensor y = nan_tensor({1, p.n, mine.size()});
     layer.forward(eng, y, x);
     res.local[r] = y.to_vector();
-    Tensor yg = nan_tensor({1, p.n, p.m});
-    layer.forward_gathered(eng, yg, x, c);
-    res.gathered[r] = yg.to_vector();
     Tensor dy_local = tensor_of({1, p.n, mine.size()}, columns(p.dy, p.n, p.m, mine));
     Tensor dx = nan_tensor({1, p.n, p.k});
     layer.backward(eng, dx, dy_local, x, c);
     res.d_in[r] = dx.to_vector();
     res.d_w[r] = layer.d_weight().to_vector();
     res.d_b[r] = layer.d_bias().to_vector();
-    // The gathered path gives the same d_in, and gradients accumulate (now twice).
-    Tensor dxg = nan_tensor({1, p.n, p.k});
-    layer.backward_gathered(eng, dxg, tensor_of({1, p.n, p.m}, p.dy), x, c);
-    res.d_in_gathered[r] = dxg.to_vector();
+    // A second backward writes the same d_in again and accumulates the weight gradient.
+    Tensor dx2 = nan_tensor({1, p.n, p.k});
+    layer.backward(eng, dx2, dy_local, x, c);
+    EXPECT_EQ(dx2.to_vector(), res.d_in[r]);
     const auto w2 = layer.d_weight().to_vector();
     for (size_t i = 0; i < w2.size(); ++i) EXPECT_FLOAT_EQ(w2[i], 2 * res.d_w[r][i]);
   });
@@ -114,17 +111,94 @@ TEST(ColumnParallelLinear, MatchesReferenceAndTp1) {
         const size_t ri = size_t(r);
         const Range mine = partition_even(m, tp, r);
         EXPECT_CLOSE(res.local[ri], columns(p.y, p.n, p.m, mine), kTol);
-        EXPECT_CLOSE(res.gathered[ri], p.y, kTol);
-        EXPECT_CLOSE(res.gathered[ri], tp1.gathered[0], kTol);
         EXPECT_CLOSE(res.d_in[ri], p.dx, kTol);
         EXPECT_CLOSE(res.d_in[ri], tp1.d_in[0], kTol);
-        EXPECT_EQ(res.d_in_gathered[ri], res.d_in[ri]);
         EXPECT_EQ(res.d_in[ri], res.d_in[0]);  // replicated gradient: bitwise identical
         EXPECT_CLOSE(res.d_w[ri], rows_of(p.dw, p.k, mine), kTol);
         EXPECT_CLOSE(res.d_b[ri], rows_of(p.db, 1, mine), kTol);
       }
     }
   }
+}
+
+// Two weights fused into one column layer (the q/k/v and gate/up pattern): part A tiles its
+// rows over the ranks, part B's rows are replicated on pairs of ranks (kv heads when tp >
+// n_kv_heads). Output columns, input gradient and each part's weight gradient against the
+// naive reference of each weight alone.
+TEST(ColumnParallelLinear, FusedPartsMatchEachWeightAlone) {
+  TP_SEED_TRACE();
+  const Problem a(4, 6, 8, 71), b(4, 6, 2, 72);  // b's weights on a's input
+  for (int tp : {1, 2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    std::vector<Range> ra = partition_even_all(8, tp), rb;
+    for (int r = 0; r < tp; ++r) rb.push_back(tp == 1 ? Range{0, 2} : partition_even(2, 2, r * 2 / tp));
+    run_ranks(tp, [&](Communicator& c) {
+      MatmulEngine eng;
+      ColumnParallelLinear layer(6, {ColumnPart{8, ra}, ColumnPart{2, rb}}, true, c.rank());
+      const SliceLoader w[2] = {slice_of(tensor_of({8, 6}, a.w)), slice_of(tensor_of({2, 6}, b.w))};
+      const SliceLoader bias[2] = {slice_of(tensor_of({8}, a.b)), slice_of(tensor_of({2}, b.b))};
+      layer.load(w, bias);
+      const Range ma = layer.part_range(0), mb = layer.part_range(1);
+      EXPECT_EQ(layer.part_copies(1), tp == 1 ? 1 : tp / 2);
+      ASSERT_EQ(layer.out_local(), ma.size() + mb.size());
+      const Tensor x = tensor_of({4, 6}, a.x);
+      Tensor y = nan_tensor({4, layer.out_local()});
+      layer.forward(eng, y, x);
+      // y = [x Wa^T + ba | x Wb^T + bb] restricted to this rank's rows of each.
+      std::vector<double> want_b(size_t(4 * 2));
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 2; ++j) {
+          double s = b.b[size_t(j)];
+          for (int64_t l = 0; l < 6; ++l) s += double(a.x[size_t(i * 6 + l)]) * b.w[size_t(j * 6 + l)];
+          want_b[size_t(i * 2 + j)] = s;
+        }
+      const std::vector<float> yb(want_b.begin(), want_b.end());
+      const auto got = y.to_vector();
+      for (int64_t i = 0; i < 4; ++i) {
+        for (int64_t j = 0; j < ma.size(); ++j)
+          EXPECT_NEAR(got[size_t(i * layer.out_local() + j)], a.y[size_t(i * 8 + ma.begin + j)], kTol);
+        for (int64_t j = 0; j < mb.size(); ++j)
+          EXPECT_NEAR(got[size_t(i * layer.out_local() + ma.size() + j)], yb[size_t(i * 2 + mb.begin + j)], kTol);
+      }
+      // Backward of d_y = [a.dy | 0]: d_in is a's alone and b's weight gradient is zero.
+      Tensor dy = Tensor::zeros({4, layer.out_local()}, DType::kF32);
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < ma.size(); ++j)
+          dy.data<float>()[i * layer.out_local() + j] = a.dy[size_t(i * 8 + ma.begin + j)];
+      Tensor dx = nan_tensor({4, 6});
+      layer.backward(eng, dx, dy, x, c);
+      EXPECT_CLOSE(dx.to_vector(), a.dx, kTol);
+      EXPECT_CLOSE(layer.part_d_weight(0).to_vector(), rows_of(a.dw, 6, ma), kTol);
+      for (float v : layer.part_d_weight(1).to_vector()) EXPECT_EQ(v, 0.0f);
+    });
+  }
+}
+
+// Parts loaded in different dtypes stay separate segments, each multiplied into its own output
+// columns: the result equals each part's own layer in its own dtype, side by side.
+TEST(ColumnParallelLinear, MixedDtypePartsMatchEachPartAlone) {
+  const Problem a(3, 8, 4, 81), b(3, 8, 6, 82);
+  const Tensor wa = tensor_of({4, 8}, a.w), wb = tensor_of({6, 8}, b.w).to(DType::kBF16);
+  run_ranks(2, [&](Communicator& c) {
+    MatmulEngine eng;
+    const std::vector<ColumnPart> parts{ColumnPart{4, partition_even_all(4, 2)}, ColumnPart{6, partition_even_all(6, 2)}};
+    ColumnParallelLinear mixed(8, parts, false, c.rank());
+    ColumnParallelLinear la(8, 4, false, 2, c.rank()), lb(8, 6, false, 2, c.rank());
+    const SliceLoader m[2] = {slice_of(wa), slice_of(wb)};
+    mixed.load(m);
+    la.load(slice_of(wa));
+    lb.load(slice_of(wb));
+    EXPECT_THROW(mixed.weight(), Error);  // two segments: no single weight
+    EXPECT_EQ(lb.weight().dtype(), DType::kBF16);
+    const Tensor x = tensor_of({3, 8}, a.x);
+    Tensor y = nan_tensor({3, mixed.out_local()}), ya = nan_tensor({3, la.out_local()}),
+           yb = nan_tensor({3, lb.out_local()});
+    mixed.forward(eng, y, x);
+    la.forward(eng, ya, x);
+    lb.forward(eng, yb, x);
+    EXPECT_CLOSE(y.slice(1, 0, la.out_local()).contiguous().to_vector(), ya.to_vector(), 1e-6);
+    EXPECT_CLOSE(y.slice(1, la.out_local(), mixed.out_local()).contiguous().to_vector(), yb.to_vector(), 1e-6);
+  });
 }
 
 struct RowResult {
@@ -213,7 +287,7 @@ TEST(ParallelLinear, ColumnThenRowMatchesTheFullChain) {
       RowParallelLinear down(f_dim, c_dim, true, c.size(), c.rank());
       up.load(slice_of(tensor_of({f_dim, c_dim}, p1.w)), slice_of(tensor_of({f_dim}, p1.b)));
       down.load(slice_of(tensor_of({c_dim, f_dim}, w2)), slice_of(tensor_of({c_dim}, b2)));
-      EXPECT_EQ(up.out_range(), down.in_range());
+      EXPECT_EQ(up.part_range(0), down.in_range());
       Tensor x = tensor_of({n, c_dim}, p1.x);
       Tensor h = nan_tensor({n, up.out_local()});
       up.forward(eng, h, x);

@@ -1,6 +1,6 @@
 // ParallelAttention at TP 1, 2, 3, 4 and 7 (kv heads replicated, ranks without heads) against a
 // double-precision reference (projections, half-split RoPE, causal GQA softmax, o_proj):
-// forward (training layout and KV-cached chunks) and every gradient against central finite
+// forward (dense training rows and paged chunks) and every gradient against central finite
 // differences of the reference.
 #include <gtest/gtest.h>
 
@@ -103,12 +103,12 @@ TEST(ParallelAttention, ForwardAndBackwardMatchReferenceAtAnyTp) {
     std::vector<float> dwq(dwq_ref.size(), NAN), dwo(dwo_ref.size(), NAN);
     run_ranks(tp, [&](Communicator& world) {
       ParallelAttention a(s, &rope, tp, world.rank());
-      AttentionLoaders l;
-      l.q = slice_of(full(w.wq, {NH * HS, C})), l.k = slice_of(full(w.wk, {NKV * HS, C}));
-      l.v = slice_of(full(w.wv, {NKV * HS, C})), l.o = slice_of(full(w.wo, {C, NH * HS}));
-      l.q_bias = slice_of(full(w.bq, {NH * HS})), l.k_bias = slice_of(full(w.bk, {NKV * HS}));
-      l.v_bias = slice_of(full(w.bv, {NKV * HS})), l.o_bias = slice_of(full(w.bo, {C}));
-      a.load(l);
+      const SliceLoader qkv[3] = {slice_of(full(w.wq, {NH * HS, C})), slice_of(full(w.wk, {NKV * HS, C})),
+                                  slice_of(full(w.wv, {NKV * HS, C}))};
+      const SliceLoader qkv_b[3] = {slice_of(full(w.bq, {NH * HS})), slice_of(full(w.bk, {NKV * HS})),
+                                    slice_of(full(w.bv, {NKV * HS}))};
+      a.qkv().load(qkv, qkv_b);
+      a.o().load(slice_of(full(w.wo, {C, NH * HS})), slice_of(full(w.bo, {C})));
       const HeadRange& h = a.heads();
       auto kv_group = world.split(h.kv.empty() ? int(NKV) + world.rank() : int(h.kv.begin), world.rank());
       MatmulEngine eng;
@@ -117,39 +117,43 @@ TEST(ParallelAttention, ForwardAndBackwardMatchReferenceAtAnyTp) {
       const Tensor xt = full(x, {N, C});
       Tensor y = nan_tensor({N, C});
       AttentionActs acts;
-      a.forward_train(eng, y, xt, B, T, pos.data(), acts, world);
+      AttentionRows dense;
+      dense.positions = pos.data(), dense.B = B, dense.T = T;
+      a.forward(eng, y, xt, dense, acts, world);
       EXPECT_LE(max_rel_diff(y.to_vector(), y_ref, 0.1), 2e-5);
-      // The paged inference path on sequence 1 in chunks of 2 and T - 2 tokens, over blocks of 2
-      // tokens in reverse pool order, gives the same rows.
+      // The same forward with paged rows, on sequence 1 in chunks of 2 and T - 2 tokens over
+      // blocks of 2 tokens in reverse pool order, gives the same rows.
       const int64_t bsz = 2, nb = (T + bsz - 1) / bsz;
       std::vector<int32_t> table;
       for (int64_t b = nb - 1; b >= 0; --b) table.push_back(int32_t(b));
       std::vector<float> kc(size_t(std::max<int64_t>(1, nb * bsz * a.kv_local() * HS))), vc(kc.size());
-      std::vector<float> qb(size_t(std::max<int64_t>(1, T * a.q_local() * HS))), ab(qb.size());
-      std::vector<float> kb(size_t(std::max<int64_t>(1, T * a.kv_local() * HS))), vb(kb.size());
+      AttentionActs scratch;
       for (int64_t c0 : {int64_t(0), int64_t(2)}) {
         const int64_t n = c0 == 0 ? 2 : T - 2;
         Tensor xc = xt.slice(0, T + c0, T + c0 + n).contiguous(), yc = nan_tensor({n, C});
         PagedSeq ps;
         ps.row_begin = 0, ps.T = n, ps.pos0 = c0, ps.blocks = table.data(), ps.n_blocks = nb;
-        a.forward_paged(eng, yc, xc, pos.data() + c0, std::span<const PagedSeq>(&ps, 1), kc.data(), vc.data(), bsz,
-                        AttentionScratch{qb.data(), kb.data(), vb.data(), ab.data()}, world);
+        AttentionRows paged;
+        paged.positions = pos.data() + c0, paged.seqs = std::span<const PagedSeq>(&ps, 1);
+        paged.k_pool = kc.data(), paged.v_pool = vc.data(), paged.block_size = bsz;
+        a.forward(eng, yc, xc, paged, scratch, world);
         EXPECT_LE(max_abs_diff(yc.to_vector(), y.slice(0, T + c0, T + c0 + n).to_vector()), 1e-5);
       }
       Tensor dx = nan_tensor({N, C});
-      a.backward(eng, dx, full(g, {N, C}), xt, B, T, pos.data(), acts, world, kv_group.get());
+      a.backward(eng, dx, full(g, {N, C}), xt, dense, acts, world, kv_group.get());
       EXPECT_LE(max_rel_diff(dx.to_vector(), dx_ref, 0.1), 1e-4);
       // k/v copies each hold the full gradient of their kv head.
       const Range kr{h.kv.begin * HS * C, h.kv.end * HS * C};
+      ColumnParallelLinear& p = a.qkv();
       if (!h.kv.empty()) {
-        EXPECT_LE(max_rel_diff(a.k().dw.to_vector(), rows_of(dwk_ref, 1, kr), 0.1), 1e-4);
-        EXPECT_LE(max_rel_diff(a.v().dw.to_vector(), rows_of(dwv_ref, 1, kr), 0.1), 1e-4);
-        EXPECT_LE(max_rel_diff(a.k().db.to_vector(), rows_of(dbk_ref, HS, h.kv), 0.1), 1e-4);
-        EXPECT_LE(max_rel_diff(a.q().db.to_vector(), rows_of(dbq_ref, HS, h.q), 0.1), 1e-4);
+        EXPECT_LE(max_rel_diff(p.part_d_weight(kPartK).to_vector(), rows_of(dwk_ref, 1, kr), 0.1), 1e-4);
+        EXPECT_LE(max_rel_diff(p.part_d_weight(kPartV).to_vector(), rows_of(dwv_ref, 1, kr), 0.1), 1e-4);
+        EXPECT_LE(max_rel_diff(p.part_d_bias(kPartK).to_vector(), rows_of(dbk_ref, HS, h.kv), 0.1), 1e-4);
+        EXPECT_LE(max_rel_diff(p.part_d_bias(kPartQ).to_vector(), rows_of(dbq_ref, HS, h.q), 0.1), 1e-4);
       }
       EXPECT_LE(max_rel_diff(a.o().d_bias().to_vector(), dbo_ref, 0.1), 1e-4);
       std::lock_guard<std::mutex> lock(mu);
-      const auto q = a.q().dw.to_vector();
+      const auto q = a.qkv().part_d_weight(kPartQ).to_vector();
       std::copy(q.begin(), q.end(), dwq.begin() + h.q.begin * HS * C);
       const Range orng = a.o().in_range();
       const auto o = a.o().d_weight().to_vector();

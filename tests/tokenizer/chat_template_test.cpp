@@ -8,7 +8,7 @@
 namespace tensorpar {
 namespace {
 
-// Each rendering of a real template (SmolLM2 from its GGUF; Llama 3 and Qwen2 Instruct) by
+// Each rendering of a real template (SmolLM2 from its GGUF; Llama 3, Qwen2 and Gemma 3 Instruct) by
 // Python's jinja2, kept in chat_templates.json, equals ours.
 TEST(ChatTemplate, MatchesJinjaRenderings) {
   const auto cases = testing::load_tokenizer_fixture("chat_templates.json");
@@ -22,7 +22,7 @@ TEST(ChatTemplate, MatchesJinjaRenderings) {
         << c["template_name"] << " with " << msgs.size() << " messages";
     ++n;
   }
-  EXPECT_EQ(n, 24);
+  EXPECT_EQ(n, 30);
 }
 
 TEST(ChatTemplate, DetectsFamiliesAndDefaultSystem) {
@@ -33,6 +33,7 @@ TEST(ChatTemplate, DetectsFamiliesAndDefaultSystem) {
             "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
   const ChatTemplate llama = ChatTemplate::detect("{{ '<|start_header_id|>' + role }}");
   EXPECT_EQ(llama.kind, ChatTemplateKind::kLlama3);
+  EXPECT_EQ(ChatTemplate::detect("{{ '<start_of_turn>' + role }}").kind, ChatTemplateKind::kGemma);
   const ChatMessage msgs[] = {{"user", "Hi"}};
   EXPECT_EQ(ChatTemplate::chatml().apply(msgs, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");

@@ -32,9 +32,14 @@ inline Tokenizer load_smollm2_gguf_fixture() {
   for (int i = 0; i < n; ++i) tokens[static_cast<size_t>(i)] = "<unused_" + std::to_string(i) + ">";
   for (const auto& [id, tok] : j["tokens"].items()) tokens[std::stoul(id)] = tok.get<std::string>();
   for (const auto& [id, ty] : j["token_types"].items()) types[std::stoul(id)] = ty.get<int32_t>();
-  const auto merges = j["merges"].get<std::vector<std::string>>();
-  return Tokenizer::from_gguf_vocab(tokens, merges, types, j["bos_id"].get<int32_t>(),
-                                    j["eos_id"].get<int32_t>(), j["pre"].get<std::string>());
+  GgufVocab v;
+  v.tokens = std::move(tokens);
+  v.token_types = std::move(types);
+  v.merges = j["merges"].get<std::vector<std::string>>();
+  v.bos_id = j["bos_id"].get<int32_t>();
+  v.eos_id = j["eos_id"].get<int32_t>();
+  v.pre = j["pre"].get<std::string>();
+  return Tokenizer::from_gguf(v);
 }
 
 }  // namespace tensorpar::testing

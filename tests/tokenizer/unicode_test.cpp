@@ -2,9 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
-#include "tokenizer/nfc.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer_fixture.h"
 
@@ -44,35 +45,37 @@ TEST(Unicode, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(utf8_incomplete_tail("\xF0\x9F\x98"), 3u);
 }
 
-TEST(Unicode, CharacterClasses) {
-  for (uint32_t cp : {0x61u, 0x5Au, 0xE9u, 0x3A9u, 0x4F60u, 0x1F0u, 0xAC00u, 0x10400u})
-    EXPECT_TRUE(is_letter(cp)) << cp;
-  for (uint32_t cp : {0x30u, 0x39u, 0x663u, 0xBDu, 0x216Bu, 0x1D7D9u})
-    EXPECT_TRUE(is_number(cp)) << cp;
-  for (uint32_t cp : {0x20u, 0x21u, 0x301u, 0x1F600u, 0x200Bu, 0x3002u}) {
-    EXPECT_FALSE(is_letter(cp)) << cp;
-    EXPECT_FALSE(is_number(cp)) << cp;
-  }
+TEST(Unicode, WhitespaceProperty) {
   for (uint32_t cp : {0x20u, 0x09u, 0x0Au, 0x0Du, 0x85u, 0xA0u, 0x2003u, 0x3000u, 0x2028u})
     EXPECT_TRUE(is_whitespace(cp));
   for (uint32_t cp : {0x200Bu, 0xFEFFu, 0x1Cu, 0x61u}) EXPECT_FALSE(is_whitespace(cp));
 }
 
-// NFC against Python's unicodedata.normalize (fixture), plus idempotence and invalid bytes.
-TEST(Nfc, MatchesPythonUnicodedata) {
+// Normal forms and lower-casing against Python's unicodedata.normalize / str.lower (fixture),
+// plus idempotence and invalid bytes.
+TEST(Normalize, MatchesPython) {
+  using K = NormalizerStep::Kind;
   const auto cases = testing::load_tokenizer_fixture("nfc.json");
   int changed = 0;
   for (const auto& c : cases) {
     const std::string text = c["text"].get<std::string>(), want = c["nfc"].get<std::string>();
-    EXPECT_EQ(nfc_normalize(text), want) << "text: " << text;
-    EXPECT_EQ(nfc_normalize(want), want);
+    EXPECT_EQ(unicode_normalize(text, K::kNfc), want) << "text: " << text;
+    EXPECT_EQ(unicode_normalize(want, K::kNfc), want);
+    for (const auto& [key, kind] : {std::pair{"nfkc", K::kNfkc},
+                                    {"nfd", K::kNfd},
+                                    {"nfkd", K::kNfkd},
+                                    {"lower", K::kLowercase}})
+      if (c.contains(key)) {
+        EXPECT_EQ(unicode_normalize(text, kind), c[key].get<std::string>()) << key << ": " << text;
+      }
     changed += text != want;
   }
   EXPECT_GT(changed, 50);
-  EXPECT_EQ(nfc_normalize("plain ascii \xC3\xA9"), "plain ascii \xC3\xA9");
-  EXPECT_EQ(nfc_normalize("e\xCC\x81\xFF\xCC\x81"), "\xC3\xA9\xFF\xCC\x81");  // raw byte blocks
-  EXPECT_EQ(canonical_combining_class(0x301), 230);
-  EXPECT_EQ(canonical_combining_class('a'), 0);
+  EXPECT_EQ(unicode_normalize("plain ascii \xC3\xA9", K::kNfc), "plain ascii \xC3\xA9");
+  // Invalid bytes split the text into runs normalized on their own.
+  EXPECT_EQ(unicode_normalize("e\xCC\x81\xFF\xCC\x81", K::kNfc), "\xC3\xA9\xFF\xCC\x81");
+  EXPECT_EQ(unicode_normalize("\xEF\xAC\x81\xFF", K::kNfkc), "fi\xFF");  // U+FB01 ligature
+  EXPECT_EQ(unicode_normalize("ABC \xCE\xA3", K::kLowercase), "abc \xCF\x83");
 }
 
 TEST(ByteLevel, MapsEveryByteToAPrintableCharAndBack) {
@@ -86,27 +89,65 @@ TEST(ByteLevel, MapsEveryByteToAPrintableCharAndBack) {
   EXPECT_FALSE(byte_level_decode(" ", &back));  // a raw space is not a byte-level character
 }
 
-std::vector<std::string> pieces(PreTokenizer k, std::string_view s) {
-  std::vector<std::string_view> v;
-  pre_tokenize(k, s, v);
-  return {v.begin(), v.end()};
+std::vector<std::string> pieces(std::string_view gguf_pre, std::string_view s) {
+  bool ignore_merges = false;
+  const PreTokenizer p = pre_tokenizer_from_gguf_name(gguf_pre, &ignore_merges);
+  std::vector<std::string> v;
+  p.split(s, true, v);
+  return v;
+}
+
+std::vector<std::string> split(PreTokenizerStep step, std::string_view s, bool first = true) {
+  PreTokenizer p;
+  p.add(std::move(step));
+  std::vector<std::string> v;
+  p.split(s, first, v);
+  return v;
 }
 
 // A few hand-checked splits (the fixtures compare whole tokenizers against HF).
 TEST(PreTokenizer, SplitsLikeTheRegexes) {
   using V = std::vector<std::string>;
-  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "Hello  world's 123!!"),
+  EXPECT_EQ(pieces("gpt2", "Hello  world's 123!!"),
             (V{"Hello", " ", " world", "'s", " 123", "!!"}));
-  EXPECT_EQ(pieces(PreTokenizer::kGpt2, "a  \n"), (V{"a", "  \n"}));
-  EXPECT_EQ(pieces(PreTokenizer::kLlama3, "I'M 12345 ok\n\n  x"),
+  EXPECT_EQ(pieces("gpt2", "a  \n"), (V{"a", "  \n"}));
+  EXPECT_EQ(pieces("llama-bpe", "I'M 12345 ok\n\n  x"),
             (V{"I", "'M", " ", "123", "45", " ok", "\n\n", " ", " x"}));
-  EXPECT_EQ(pieces(PreTokenizer::kQwen2, "x=123;\n"), (V{"x", "=", "1", "2", "3", ";\n"}));
-  EXPECT_EQ(pieces(PreTokenizer::kSmolLM, "ab 12 c"), (V{"ab", " ", "1", "2", " c"}));
-  EXPECT_EQ(pieces(PreTokenizer::kGpt2, ""), V{});
-  EXPECT_EQ(pieces(PreTokenizer::kLlama3,
+  EXPECT_EQ(pieces("qwen2", "x=123;\n"), (V{"x", "=", "1", "2", "3", ";\n"}));
+  EXPECT_EQ(pieces("smollm", "ab 12 c"), (V{"ab", " ", "1", "2", " c"}));
+  EXPECT_EQ(pieces("gpt2", ""), V{});
+  EXPECT_EQ(pieces("llama-bpe",
                    "\xFF\xFE"
                    "ab"),
             (V{"\xFF\xFE", "ab"}));
+}
+
+// Each Split behaviour on "a-b--c" with the pattern "-" (HF's documented examples), inversion,
+// Metaspace's prepend schemes and split, and bad patterns.
+TEST(PreTokenizer, SplitBehavioursAndMetaspace) {
+  using V = std::vector<std::string>;
+  using B = SplitBehavior;
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kRemoved), "a-b--c"), (V{"a", "b", "c"}));
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kIsolated), "a-b--c"),
+            (V{"a", "-", "b", "-", "-", "c"}));
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kMergedWithPrevious), "a-b--c"),
+            (V{"a-", "b-", "-", "c"}));
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kMergedWithNext), "a-b--c"),
+            (V{"a", "-b", "-", "-c"}));
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kContiguous), "a-b--c"),
+            (V{"a", "-", "b", "--", "c"}));
+  EXPECT_EQ(split(PreTokenizer::split_step("-", B::kRemoved, true), "a-b--c"), (V{"-", "-", "-"}));
+  PreTokenizerStep ms;
+  ms.kind = PreTokenizerStep::Kind::kMetaspace;
+  ms.replacement = "\xE2\x96\x81";
+  ms.flag = true;
+  EXPECT_EQ(split(ms, "Hey  you"), (V{"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81you"}));
+  ms.prepend = PreTokenizerStep::Prepend::kFirst;
+  EXPECT_EQ(split(ms, "Hey you", false), (V{"Hey", "\xE2\x96\x81you"}));
+  ms.flag = false;
+  ms.prepend = PreTokenizerStep::Prepend::kNever;
+  EXPECT_EQ(split(ms, "Hey you"), (V{"Hey\xE2\x96\x81you"}));
+  EXPECT_THROW(Regex("(unclosed"), Error);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/nccl/nccl_check.h"
+#include "comm/nccl/nccl_types.h"
 #include "core/error.h"
 
 namespace tensorpar::nccl {
@@ -16,15 +17,6 @@ namespace tensorpar::nccl {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kMin: return ncclMin;
-  }
-  return ncclSum;
-}
 
 Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
@@ -290,6 +282,10 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   TP_CHECK(!aborted_, "[nccl split] group ", name_, " was aborted by an earlier failure");
   // The child gets its own host group (for its ncclUniqueId and debug checks) and NCCL comm.
   std::unique_ptr<Communicator> child_host = host_.split(color, key);
+  // A host backend leaves a rank out of every group (no communicator) for a negative color;
+  // NCCL needs a group to bootstrap over, so this is the caller's error, reported here.
+  TP_CHECK(child_host != nullptr, "[nccl split] host group ", host_.name(), " returned no group for color ",
+           color, " (rank ", rank_, " of ", name_, "): expected a color >= 0");
   Communicator& h = *child_host;
   return std::make_unique<NcclCommunicator>(h, std::move(child_host), device_, options_);
 }

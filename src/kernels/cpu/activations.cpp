@@ -132,4 +132,22 @@ void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float
   });
 }
 
+// Rows in parallel (each row one vectorised loop) once the work is large enough.
+void swiglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
+  TP_CHECK(rows >= 0 && F >= 0, "[swiglu_rows_forward] sizes: got rows=", rows, " F=", F);
+  if (rows == 1) return swiglu_forward(out, gate_up, gate_up + F, F);
+#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) swiglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+}
+
+void swiglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows, int64_t F) {
+  TP_CHECK(rows >= 0 && F >= 0, "[swiglu_rows_backward] sizes: got rows=", rows, " F=", F);
+#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = d_gate_up + r * 2 * F;
+    const float* g = gate_up + r * 2 * F;
+    swiglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
+  }
+}
+
 }  // namespace tensorpar

@@ -26,5 +26,10 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t N);
 // d_gate (N) += silu'(gate) * up * d_out; d_up (N) += silu(gate) * d_out.
 void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float* gate,
                      const float* up, int64_t N);
+// The same over rows of a fused gate/up projection: gate_up (rows, 2F) holds each row's gate in
+// columns [0, F) and its up in [F, 2F); out (rows, F); d_gate_up (rows, 2F) accumulates.
+void swiglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F);
+void swiglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows,
+                          int64_t F);
 
 }  // namespace tensorpar

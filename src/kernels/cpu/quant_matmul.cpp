@@ -16,14 +16,14 @@ namespace quant_detail {
 
 void dot_scalar(const void* w, DType t, int64_t nb, const float* x, int64_t ldx,
                 const float* /*xsum*/, int64_t /*ldxs*/, int rows, float* res) {
-  const int64_t bb = dtype_block_bytes(t);
+  const int64_t bb = dtype_block_bytes(t), be = dtype_block_elems(t);
   double acc[kMaxRows] = {};
-  float blk[kQuantBlock];
+  float blk[kKQuantBlock];
   for (int64_t b = 0; b < nb; ++b) {
-    dequantize_row(blk, static_cast<const char*>(w) + b * bb, t, kQuantBlock);
+    dequantize_row(blk, static_cast<const char*>(w) + b * bb, t, be);
     for (int r = 0; r < rows; ++r) {
       float s = 0.0f;
-      for (int j = 0; j < kQuantBlock; ++j) s += blk[j] * x[r * ldx + b * kQuantBlock + j];
+      for (int64_t j = 0; j < be; ++j) s += blk[j] * x[r * ldx + b * be + j];
       acc[r] += s;
     }
   }
@@ -47,13 +47,14 @@ struct QuantRows {
 };
 
 QuantRows quant_rows(const Tensor& w, const char* where) {
-  TP_CHECK(w.ndim() == 2 && dtype_is_quantized(w.dtype()) && w.strides()[1] == 1 &&
-               w.strides()[0] % kQuantBlock == 0 && w.dim(1) % kQuantBlock == 0,
+  const int64_t be = dtype_block_elems(w.dtype());
+  TP_CHECK(w.ndim() == 2 && dtype_is_quantized(w.dtype()) && w.strides()[1] == 1 && w.strides()[0] % be == 0 &&
+               w.dim(1) % be == 0,
            "[", where, "] weight: got ", w.describe(),
-           ", expected a 2-D q8_0/q4_0/q4_1 tensor with whole contiguous blocks per row");
+           ", expected a 2-D block-quantized tensor with whole contiguous blocks per row");
   const int64_t bb = dtype_block_bytes(w.dtype());
-  return {static_cast<const char*>(w.raw()), w.strides()[0] / kQuantBlock * bb, w.dim(0), w.dim(1),
-          w.dim(1) / kQuantBlock, w.dtype()};
+  return {static_cast<const char*>(w.raw()), w.strides()[0] / be * bb, w.dim(0), w.dim(1), w.dim(1) / be,
+          w.dtype()};
 }
 
 QuantIsa resolve(QuantIsa isa) {
@@ -113,7 +114,7 @@ void fused(MatmulEngine& eng, Tensor& out, const Tensor& in, const QuantRows& w,
     ldx = K;
   }
   float* xs = nullptr;
-  if (w.t == DType::kQ4_1 && isa != QuantIsa::kScalar) {
+  if (quant_has_offset(w.t) && isa != QuantIsa::kScalar) {
     xs = static_cast<float*>(eng.scratch(kSlotXsum, std::max<int64_t>(1, M * nb) * int64_t(sizeof(float))));
     for (int64_t m = 0; m < M; ++m)
       for (int64_t b = 0; b < nb; ++b) {

@@ -1,4 +1,5 @@
-// Matmul with a block-quantized weight (q8_0 / q4_0 / q4_1, GGUF layout) that is never
+// Matmul with a block-quantized weight (any GGUF block quant with a DType: legacy 32-weight
+// blocks and 256-weight K-quant super-blocks) that is never
 // dequantized whole: few rows (decode) run a fused dequant-dot kernel chosen at run time
 // (AVX-512, AVX2, scalar); many rows dequantize bf16/f32 tiles of W and hand them to oneDNN.
 #pragma once

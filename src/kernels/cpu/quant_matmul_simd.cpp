@@ -1,10 +1,13 @@
 // AVX2 and AVX-512 inner kernels of the quantized matmul: a fused dequant-dot of one quantized
 // weight row against up to 4 f32 activation rows, and row dequantizers for the tiled path.
+// Legacy blocks (32 weights) are unpacked in registers; K-quant super-blocks (256) are
+// dequantized into a 1 KiB stack buffer first, which stays in L1.
 // Each function carries a target attribute; quant_matmul.cpp calls them only after checking
 // the CPU at run time, so the file builds for the baseline ISA.
 // GCC 12 falsely flags the intrinsic headers' own undefined-vector idiom when they are used in
 // target-attribute functions (its bug 105593); the warning is about the header, not our code.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include "core/quant.h"
@@ -47,10 +50,37 @@ TP_AVX512 void dot512(const void* w, int64_t nb, const float* x, int64_t ldx, co
       __m512 t = _mm512_mul_ps(lo, _mm512_loadu_ps(xr));
       t = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xr + 16), t);
       acc[r] = _mm512_fmadd_ps(t, dv, acc[r]);
-      if constexpr (T == DType::kQ4_1) macc[r] += m * xs[r * ldxs + b];
+      if constexpr (quant_has_offset(T)) macc[r] += m * xs[r * ldxs + b];
     }
   }
   for (int r = 0; r < R; ++r) res[r] = _mm512_reduce_add_ps(acc[r]) + macc[r];
+}
+
+// K-quants: each super-block dequantized once, then multiplied with every row.
+template <int R>
+TP_AVX512 void dotk512(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, float* res) {
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  alignas(64) float buf[kKQuantBlock];
+  const int64_t bb = dtype_block_bytes(t);
+  for (int64_t b = 0; b < nb; ++b) {
+    dequant_kquant_avx512(buf, static_cast<const char*>(w) + b * bb, t, 1);
+    for (int c = 0; c < kKQuantBlock; c += 16) {
+      const __m512 wv = _mm512_load_ps(buf + c);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x + r * ldx + b * kKQuantBlock + c), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) res[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+TP_AVX512 void dotk512_rows(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, int rows, float* res) {
+  switch (rows) {
+    case 1: return dotk512<1>(w, t, nb, x, ldx, res);
+    case 2: return dotk512<2>(w, t, nb, x, ldx, res);
+    case 3: return dotk512<3>(w, t, nb, x, ldx, res);
+    default: return dotk512<4>(w, t, nb, x, ldx, res);
+  }
 }
 
 template <DType T>
@@ -86,13 +116,22 @@ TP_AVX512 inline __m256i to_bf16_512(__m512 v) {
 
 template <DType T>
 TP_AVX512 void dequant512_bf16(bf16* out, const void* w, int64_t nb) {
-  for (int64_t b = 0; b < nb; ++b) {
-    __m512 lo, hi;
-    float d, m = 0.0f;
-    unpack512<T>(w, b, lo, hi, d, m);
-    const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * 32), to_bf16_512(_mm512_fmadd_ps(lo, dv, mv)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * 32 + 16), to_bf16_512(_mm512_fmadd_ps(hi, dv, mv)));
+  if constexpr (dtype_is_kquant(T)) {
+    alignas(64) float buf[kKQuantBlock];
+    for (int64_t b = 0; b < nb; ++b) {
+      dequant_kquant_avx512(buf, static_cast<const char*>(w) + b * dtype_block_bytes(T), T, 1);
+      for (int c = 0; c < kKQuantBlock; c += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * kKQuantBlock + c), to_bf16_512(_mm512_load_ps(buf + c)));
+    }
+  } else {
+    for (int64_t b = 0; b < nb; ++b) {
+      __m512 lo, hi;
+      float d, m = 0.0f;
+      unpack512<T>(w, b, lo, hi, d, m);
+      const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * 32), to_bf16_512(_mm512_fmadd_ps(lo, dv, mv)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + b * 32 + 16), to_bf16_512(_mm512_fmadd_ps(hi, dv, mv)));
+    }
   }
 }
 
@@ -168,6 +207,24 @@ TP_AVX2 void dot256(const void* w, int64_t nb, const float* x, int64_t ldx, cons
   for (int r = 0; r < R; ++r) res[r] = hsum256(acc[r]) + macc[r];
 }
 
+// The types without an AVX2 unpacker (q5_0, q5_1, iq4_nl, K-quants): each block dequantized by
+// the scalar reference into a stack buffer, then an 8-lane dot with every row.
+template <int R>
+TP_AVX2 void dot256_generic(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, float* res) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  alignas(32) float buf[kKQuantBlock];
+  const int64_t be = dtype_block_elems(t), bb = dtype_block_bytes(t);
+  for (int64_t b = 0; b < nb; ++b) {
+    dequantize_row(buf, static_cast<const char*>(w) + b * bb, t, be);
+    for (int64_t c = 0; c < be; c += 8) {
+      const __m256 wv = _mm256_load_ps(buf + c);
+      for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + r * ldx + b * be + c), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) res[r] = hsum256(acc[r]);
+}
+
 template <DType T>
 TP_AVX2 void dot256_rows(const void* w, int64_t nb, const float* x, int64_t ldx, const float* xs,
                          int64_t ldxs, int rows, float* res) {
@@ -186,7 +243,11 @@ void dot_avx512(const void* w, DType t, int64_t nb, const float* x, int64_t ldx,
   switch (t) {
     case DType::kQ8_0: return dot512_rows<DType::kQ8_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
     case DType::kQ4_0: return dot512_rows<DType::kQ4_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
-    default: return dot512_rows<DType::kQ4_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    case DType::kQ4_1: return dot512_rows<DType::kQ4_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    case DType::kQ5_0: return dot512_rows<DType::kQ5_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    case DType::kQ5_1: return dot512_rows<DType::kQ5_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    case DType::kIQ4_NL: return dot512_rows<DType::kIQ4_NL>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    default: return dotk512_rows(w, t, nb, x, ldx, rows, res);
   }
 }
 
@@ -195,7 +256,14 @@ void dot_avx2(const void* w, DType t, int64_t nb, const float* x, int64_t ldx, c
   switch (t) {
     case DType::kQ8_0: return dot256_rows<DType::kQ8_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
     case DType::kQ4_0: return dot256_rows<DType::kQ4_0>(w, nb, x, ldx, xsum, ldxs, rows, res);
-    default: return dot256_rows<DType::kQ4_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    case DType::kQ4_1: return dot256_rows<DType::kQ4_1>(w, nb, x, ldx, xsum, ldxs, rows, res);
+    default:
+      switch (rows) {
+        case 1: return dot256_generic<1>(w, t, nb, x, ldx, res);
+        case 2: return dot256_generic<2>(w, t, nb, x, ldx, res);
+        case 3: return dot256_generic<3>(w, t, nb, x, ldx, res);
+        default: return dot256_generic<4>(w, t, nb, x, ldx, res);
+      }
   }
 }
 
@@ -203,7 +271,11 @@ void dequant_f32_avx512(float* out, const void* w, DType t, int64_t nb) {
   switch (t) {
     case DType::kQ8_0: return dequant512<DType::kQ8_0>(out, w, nb);
     case DType::kQ4_0: return dequant512<DType::kQ4_0>(out, w, nb);
-    default: return dequant512<DType::kQ4_1>(out, w, nb);
+    case DType::kQ4_1: return dequant512<DType::kQ4_1>(out, w, nb);
+    case DType::kQ5_0: return dequant512<DType::kQ5_0>(out, w, nb);
+    case DType::kQ5_1: return dequant512<DType::kQ5_1>(out, w, nb);
+    case DType::kIQ4_NL: return dequant512<DType::kIQ4_NL>(out, w, nb);
+    default: return dequant_kquant_avx512(out, w, t, nb);
   }
 }
 
@@ -211,7 +283,15 @@ void dequant_bf16_avx512(bf16* out, const void* w, DType t, int64_t nb) {
   switch (t) {
     case DType::kQ8_0: return dequant512_bf16<DType::kQ8_0>(out, w, nb);
     case DType::kQ4_0: return dequant512_bf16<DType::kQ4_0>(out, w, nb);
-    default: return dequant512_bf16<DType::kQ4_1>(out, w, nb);
+    case DType::kQ4_1: return dequant512_bf16<DType::kQ4_1>(out, w, nb);
+    case DType::kQ5_0: return dequant512_bf16<DType::kQ5_0>(out, w, nb);
+    case DType::kQ5_1: return dequant512_bf16<DType::kQ5_1>(out, w, nb);
+    case DType::kIQ4_NL: return dequant512_bf16<DType::kIQ4_NL>(out, w, nb);
+    case DType::kQ2_K: return dequant512_bf16<DType::kQ2_K>(out, w, nb);
+    case DType::kQ3_K: return dequant512_bf16<DType::kQ3_K>(out, w, nb);
+    case DType::kQ4_K: return dequant512_bf16<DType::kQ4_K>(out, w, nb);
+    case DType::kQ5_K: return dequant512_bf16<DType::kQ5_K>(out, w, nb);
+    default: return dequant512_bf16<DType::kQ6_K>(out, w, nb);
   }
 }
 

@@ -64,8 +64,13 @@ namespace {
 // Rotates every head of T tokens by sign * angle; out may alias inp when !accumulate.
 template <bool kAccumulate>
 void rope_rotate(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
-                 int64_t T, int64_t NH, double sign, const char* where) {
+                 int64_t T, int64_t NH, double sign, int64_t out_stride, int64_t in_stride,
+                 const char* where) {
   const int64_t HS = table.head_size, rot = table.rotary_dim, half = rot / 2;
+  if (out_stride == 0) out_stride = NH * HS;
+  if (in_stride == 0) in_stride = NH * HS;
+  TP_CHECK(out_stride >= NH * HS && in_stride >= NH * HS, "[", where, "] row strides ", out_stride, " and ",
+           in_stride, " are below NH*HS = ", NH * HS);
   TP_CHECK(T >= 0 && NH > 0 && HS > 0 && static_cast<int64_t>(table.inv_freq.size()) == half, "[",
            where, "] sizes: got T=", T, " NH=", NH, " HS=", HS,
            ", expected T >= 0, NH > 0 and a table from RopeTable::make");
@@ -81,8 +86,8 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
         sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(a));
       }
       for (int64_t h = 0; h < NH; ++h) {
-        const float* x = inp + (t * NH + h) * HS;  // (HS)
-        float* o = out + (t * NH + h) * HS;        // (HS)
+        const float* x = inp + t * in_stride + h * HS;  // (HS)
+        float* o = out + t * out_stride + h * HS;       // (HS)
         // Index pair (a, b) of rotation i for each layout.
         const int64_t stride_i = table.layout == RopeLayout::kHalfSplit ? 1 : 2;
         const int64_t offset_b = table.layout == RopeLayout::kHalfSplit ? half : 1;
@@ -113,13 +118,13 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
 }  // namespace
 
 void rope_forward(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
-                  int64_t T, int64_t NH) {
-  rope_rotate<false>(out, inp, positions, table, T, NH, 1.0, "rope_forward");
+                  int64_t T, int64_t NH, int64_t in_stride) {
+  rope_rotate<false>(out, inp, positions, table, T, NH, 1.0, 0, in_stride, "rope_forward");
 }
 
 void rope_backward(float* d_inp, const float* d_out, const int64_t* positions,
-                   const RopeTable& table, int64_t T, int64_t NH) {
-  rope_rotate<true>(d_inp, d_out, positions, table, T, NH, -1.0, "rope_backward");
+                   const RopeTable& table, int64_t T, int64_t NH, int64_t d_inp_stride) {
+  rope_rotate<true>(d_inp, d_out, positions, table, T, NH, -1.0, d_inp_stride, 0, "rope_backward");
 }
 
 }  // namespace tensorpar

@@ -38,11 +38,13 @@ struct RopeTable {
 
 // out (T,NH,HS) = rotate inp (T,NH,HS) by angle positions[t] * inv_freq[i]; positions (T).
 // out may alias inp (in-place). A batch of sequences is T = B*T rows with B*T positions.
+// in_stride: floats between consecutive tokens of inp (0: NH*HS), e.g. the q columns of a fused
+// q/k/v projection.
 void rope_forward(float* out, const float* inp, const int64_t* positions, const RopeTable& table,
-                  int64_t T, int64_t NH);
+                  int64_t T, int64_t NH, int64_t in_stride = 0);
 // d_inp (T,NH,HS) += rotation of d_out (T,NH,HS) by -angle (the transpose). d_inp must not
-// alias d_out.
+// alias d_out. d_inp_stride: floats between tokens of d_inp (0: NH*HS).
 void rope_backward(float* d_inp, const float* d_out, const int64_t* positions,
-                   const RopeTable& table, int64_t T, int64_t NH);
+                   const RopeTable& table, int64_t T, int64_t NH, int64_t d_inp_stride = 0);
 
 }  // namespace tensorpar

@@ -46,10 +46,11 @@ Operands check(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor
            in.describe(), ", expected f32 (M,K) with unit column stride");
   const DType wt = weight.dtype();
   const bool quant = dtype_is_quantized(wt);
+  const int64_t be = dtype_block_elems(wt);
   TP_CHECK(weight.ndim() == 2 && (wt == DType::kF32 || wt == DType::kBF16 || wt == DType::kF16 || quant) &&
                weight.strides()[1] == 1 && weight.dim(1) == in.dim(1) &&
-               (!quant || (weight.dim(1) % kQuantBlock == 0 && weight.strides()[0] % kQuantBlock == 0)),
-           "[rowwise_matmul_forward] weight: got ", weight.describe(), ", expected f32/bf16/f16/q8_0/q4_0/q4_1 (N,",
+               (!quant || (weight.dim(1) % be == 0 && weight.strides()[0] % be == 0)),
+           "[rowwise_matmul_forward] weight: got ", weight.describe(), ", expected f32/bf16/f16 or block-quantized (N,",
            in.dim(1), ") with unit column stride (whole blocks per row when quantized)");
   TP_CHECK(out.ndim() == 2 && out.dtype() == DType::kF32 && out.strides()[1] == 1 && out.dim(0) == in.dim(0) &&
                out.dim(1) == weight.dim(0),
@@ -58,7 +59,7 @@ Operands check(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor
   TP_CHECK(!bias || (bias->ndim() == 1 && bias->dim(0) == weight.dim(0) && bias->dtype() == DType::kF32 &&
                      bias->is_contiguous()),
            "[rowwise_matmul_forward] bias: got ", bias ? bias->describe() : "", ", expected f32[", weight.dim(0), "]");
-  const int64_t ldw = quant ? weight.strides()[0] / kQuantBlock * dtype_block_bytes(wt) : weight.strides()[0];
+  const int64_t ldw = quant ? weight.strides()[0] / be * dtype_block_bytes(wt) : weight.strides()[0];
   return {in.data<float>(), in.strides()[0], weight.raw(), ldw, wt,
           bias ? bias->data<float>() : nullptr, out.data<float>(), out.strides()[0], in.dim(0), weight.dim(0),
           in.dim(1)};
@@ -216,10 +217,13 @@ struct Quant512 {
 // dequantized buffer (the dequantization then costs 1/M of the work).
 constexpr int64_t kQuantInRegisterRows = 2;
 
+// K-quant super-blocks always go through the buffer (their unpacking is too long for registers).
 template <DType T>
 TP_AVX512 void quant_block(const Operands& o, int64_t n0, int64_t wr, std::vector<float>& deq) {
-  if (o.M <= kQuantInRegisterRows) return weight_rows512<kWRows, Quant512<T>::template K>(o, n0, wr);
-  const int64_t nb = o.K / kQuantBlock;
+  if constexpr (!dtype_is_kquant(T)) {
+    if (o.M <= kQuantInRegisterRows) return weight_rows512<kWRows, Quant512<T>::template K>(o, n0, wr);
+  }
+  const int64_t nb = o.K / dtype_block_elems(T);
   for (int64_t i = 0; i < wr; ++i)
     quant_detail::dequant_f32_avx512(deq.data() + i * o.K, static_cast<const char*>(o.w) + (n0 + i) * o.ldw, T, nb);
   Operands q = o;
@@ -243,7 +247,15 @@ TP_AVX512 void run_avx512(const Operands& o) {
         case DType::kF16: weight_rows512<kWRows, Float512<DType::kF16>::template K>(o, n0, wr); break;
         case DType::kQ8_0: quant_block<DType::kQ8_0>(o, n0, wr, deq); break;
         case DType::kQ4_0: quant_block<DType::kQ4_0>(o, n0, wr, deq); break;
-        default: quant_block<DType::kQ4_1>(o, n0, wr, deq); break;
+        case DType::kQ4_1: quant_block<DType::kQ4_1>(o, n0, wr, deq); break;
+        case DType::kQ5_0: quant_block<DType::kQ5_0>(o, n0, wr, deq); break;
+        case DType::kQ5_1: quant_block<DType::kQ5_1>(o, n0, wr, deq); break;
+        case DType::kIQ4_NL: quant_block<DType::kIQ4_NL>(o, n0, wr, deq); break;
+        case DType::kQ2_K: quant_block<DType::kQ2_K>(o, n0, wr, deq); break;
+        case DType::kQ3_K: quant_block<DType::kQ3_K>(o, n0, wr, deq); break;
+        case DType::kQ4_K: quant_block<DType::kQ4_K>(o, n0, wr, deq); break;
+        case DType::kQ5_K: quant_block<DType::kQ5_K>(o, n0, wr, deq); break;
+        default: quant_block<DType::kQ6_K>(o, n0, wr, deq); break;
       }
     }
   }

@@ -12,8 +12,10 @@
 
 namespace tensorpar {
 
-// in (M,K) f32, any row stride; weight (N,K) f32, bf16, f16, or q8_0/q4_0/q4_1 (GGUF blocks,
-// dequantized 4 rows at a time into an L1 buffer as q * d + m); bias (N) f32 or null; out (M,N)
+// in (M,K) f32, any row stride; weight (N,K) f32, bf16, f16, or any block quant (GGUF blocks,
+// dequantized 4 rows at a time into an L1 buffer: legacy blocks as q * d + m, K-quants as
+// (d * sc) * q - dmin * m; one or two rows of a legacy type dequantize in registers to the same
+// values); bias (N) f32 or null; out (M,N)
 // f32, any row stride. AVX-512 when the CPU has it, else a portable loop with the
 // same per-element arithmetic order (results may differ between the two ISAs, never within one).
 void rowwise_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias);

@@ -1,0 +1,93 @@
+// Fits the this-machine cluster: one device per rank, both link tiers the shared-memory
+// collectives of the threads backend.
+#include "plan/calibrate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "plan/device_cost.h"
+
+namespace tensorpar::plan {
+
+namespace {
+template <typename F>
+void for_json_lines(const std::string& text, F&& f) {
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) f(j);
+  }
+}
+}  // namespace
+
+std::vector<GemmSample> parse_gemm_bench(const std::string& text, const std::string& dtype) {
+  std::vector<GemmSample> out;
+  for_json_lines(text, [&](const nlohmann::json& j) {
+    if (j.value("bench", "") != "gemm" || j.value("dtype", "") != dtype) return;
+    const double m = j.value("m", 0.0), nk = j.value("n", 0.0) * j.value("k", 0.0);
+    out.push_back({2.0 * m * nk, j.value("gflops", 0.0) * 1e9, 4.0 * nk, m == 1});
+  });
+  return out;
+}
+
+std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory_Bps) {
+  std::vector<CommSample> out;
+  for_json_lines(text, [&](const nlohmann::json& j) {
+    if (j.value("bench", "") != "comm" || j.value("op", "") != "all_reduce") return;
+    out.push_back({j.value("bytes", 0.0), j.value("time_us", 0.0) * 1e-6, j.value("ranks", 2)});
+    if (memory_Bps) *memory_Bps = j.value("bmem_gbps", 0.0) * 1e9;
+  });
+  return out;
+}
+
+ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
+                              const std::vector<CommSample>& comm, double memory_Bps, int devices,
+                              double memory_bytes) {
+  TP_CHECK(!gemm.empty(), "[plan --calibrate] no GEMM rows in the bench output");
+  TP_CHECK(comm.size() >= 2, "[plan --calibrate] need at least two all-reduce sizes, got ",
+           comm.size());
+  TP_CHECK(memory_Bps > 0, "[plan --calibrate] the comm bench reported no memory bandwidth");
+  ClusterSpec c;
+  c.name = "this-machine";
+  c.devices_per_node = devices;
+  c.memory_bytes = memory_bytes;
+  c.reserved_bytes = 0.25 * 1024.0 * 1024.0 * 1024.0;
+  c.memory_Bps = memory_Bps / devices;  // ranks share the memory bus
+  for (const auto& g : gemm) {
+    if (g.streaming && g.flops > 0)
+      c.memory_Bps = std::max(c.memory_Bps, g.weight_bytes * g.flops_per_s / g.flops);
+  }
+  c.eff = {1.0, 1e7, 1.0, 1.0, false, true};
+  for (const auto& g : gemm) c.peak_flops = std::max(c.peak_flops, g.flops_per_s);
+  // gemm_half_flops: least squares of log(predicted / measured time) over a log grid.
+  double best = 1e300;
+  for (double lg = 3; lg <= 11; lg += 0.02) {
+    EfficiencySpec e = c.eff;
+    e.gemm_half_flops = std::pow(10.0, lg);
+    double err = 0;
+    for (const auto& g : gemm) {
+      const double pred = c.peak_flops * gemm_efficiency(e, g.flops);
+      err += std::pow(std::log(pred / g.flops_per_s), 2);
+    }
+    if (err < best) best = err, c.eff.gemm_half_flops = e.gemm_half_flops;
+  }
+  // All-reduce over n ranks: 2 (n-1) alpha + 2 (n-1)/n bytes / bw.
+  const auto [lo, hi] = std::minmax_element(
+      comm.begin(), comm.end(),
+      [](const CommSample& a, const CommSample& b) { return a.bytes < b.bytes; });
+  const double n = std::max(2, hi->ranks);
+  const double alpha = lo->seconds / (2 * (n - 1));
+  const double bw =
+      2 * (n - 1) / n * hi->bytes / std::max(hi->seconds - 2 * (n - 1) * alpha, 1e-12);
+  c.intra = {bw, alpha, 1};
+  c.inter = c.intra;
+  c.validate("plan --calibrate");
+  return c;
+}
+
+}  // namespace tensorpar::plan

@@ -1,0 +1,36 @@
+// A cluster description of this machine from tensorpar's own benchmarks: `bench gemm --json`
+// (GEMM FLOP/s by size) and `bench comm --json` (all-reduce time by size, memory bandwidth).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/cluster.h"
+
+namespace tensorpar::plan {
+
+struct GemmSample {
+  double flops = 0;  // 2 M N K
+  double flops_per_s = 0;
+  double weight_bytes = 0;  // N K x bytes per weight (f32: 4)
+  bool streaming = false;   // M = 1: the bench rotates weight copies, so W comes from memory
+};
+struct CommSample {
+  double bytes = 0;
+  double seconds = 0;
+  int ranks = 2;
+};
+
+// Parses the JSON lines the benches print (other lines are skipped); `dtype` picks the GEMM rows.
+std::vector<GemmSample> parse_gemm_bench(const std::string& text, const std::string& dtype);
+std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory_Bps);
+
+// Peak = the fastest GEMM; gemm_half_flops fitted (least squares in log time) to all samples;
+// memory bandwidth per device = the fastest weight stream of an M = 1 GEMM (what decode does;
+// `memory_Bps` from the comm bench's memcpy, shared by the ranks, is the fallback); link latency
+// from the smallest all-reduce, bandwidth from the largest (ring formula inverted).
+ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
+                              const std::vector<CommSample>& comm, double memory_Bps, int devices,
+                              double memory_bytes);
+
+}  // namespace tensorpar::plan

@@ -1,0 +1,190 @@
+// Cluster presets and the JSON cluster format. Datasheet figures are dense (no sparsity) bf16
+// FLOP/s, HBM bandwidth and per-GPU NVLink / NIC bandwidth, one direction.
+#include "plan/cluster.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace tensorpar::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Megatron-LM on A100s, fitted on three rows of Narayanan et al. 2021 Table 1 (docs/planner.md);
+// the H100/H200 presets reuse the fraction-of-peak figures.
+EfficiencySpec megatron_a100_efficiency() {
+  EfficiencySpec e;
+  e.gemm_max = 0.68;
+  e.gemm_half_flops = 1e9;  // a prior (1024^3 GEMMs at 2/3 of the large-GEMM rate), not fitted
+  e.memory = 0.8;
+  e.link = 0.8;
+  e.dp_overlap = true;
+  return e;
+}
+
+ClusterSpec dgx(const std::string& name, double mem_gib, double tflops, double hbm_GBps,
+                double nvlink_GBps, int nvlinks, double nic_GBps) {
+  ClusterSpec c;
+  c.name = name;
+  c.devices_per_node = 8;
+  c.memory_bytes = mem_gib * kGiB;
+  c.reserved_bytes = 2.0 * kGiB;
+  c.peak_flops = tflops * 1e12;
+  c.memory_Bps = hbm_GBps * 1e9;
+  c.intra = {nvlink_GBps * 1e9, 3e-6, nvlinks};
+  c.inter = {nic_GBps * 1e9, 6e-6, 8};
+  c.eff = megatron_a100_efficiency();
+  return c;
+}
+
+// This machine, measured with `tensorpar plan --calibrate` (docs/planner.md has the command and
+// the date): 2 cores, f32 GEMM through oneDNN, the threads backend's shared-memory collectives.
+ClusterSpec this_machine() {
+  ClusterSpec c;
+  c.name = "this-machine";
+  c.devices_per_node = 2;  // ranks (one core each)
+  c.memory_bytes = 8.0 * kGiB;
+  c.reserved_bytes = 0.25 * kGiB;
+  c.peak_flops = 90e9;
+  c.memory_Bps = 10e9;
+  c.intra = {5e9, 20e-6, 1};
+  c.inter = {1e9, 50e-6, 1};
+  c.eff = {1.0, 2e7, 1.0, 1.0, false, true};
+  return c;
+}
+
+double num(const nlohmann::json& j, const char* key, const std::string& where) {
+  TP_CHECK(j.contains(key) && j.at(key).is_number(), "[", where, "] missing number \"", key, "\"");
+  return j.at(key).get<double>();
+}
+
+LinkSpec link_from_json(const nlohmann::json& j, const std::string& where) {
+  LinkSpec l;
+  l.bandwidth_Bps = num(j, "bandwidth_gbps", where) * 1e9;
+  l.latency_s = num(j, "latency_us", where) * 1e-6;
+  l.links = j.value("links", 1);
+  return l;
+}
+
+nlohmann::json link_to_json(const LinkSpec& l) {
+  return {{"bandwidth_gbps", l.bandwidth_Bps * 1e-9},
+          {"latency_us", l.latency_s * 1e6},
+          {"links", l.links}};
+}
+
+}  // namespace
+
+void ClusterSpec::validate(const std::string& where) const {
+  TP_CHECK(nodes >= 1 && devices_per_node >= 1, "[", where, "] nodes ", nodes,
+           " and devices_per_node ", devices_per_node, " must be >= 1");
+  TP_CHECK(memory_bytes > 0 && peak_flops > 0 && memory_Bps > 0, "[", where,
+           "] memory, FLOP/s and memory bandwidth must be positive");
+  TP_CHECK(intra.bandwidth_Bps > 0 && inter.bandwidth_Bps > 0 && intra.latency_s >= 0 &&
+               inter.latency_s >= 0,
+           "[", where, "] link bandwidths must be positive and latencies >= 0");
+  TP_CHECK(eff.gemm_max > 0 && eff.gemm_max <= 1 && eff.memory > 0 && eff.memory <= 1 &&
+               eff.link > 0 && eff.link <= 1 && eff.gemm_half_flops >= 0,
+           "[", where, "] efficiencies must be in (0, 1]");
+}
+
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where) {
+  TP_CHECK(j.is_object(), "[", where, "] a cluster must be a JSON object");
+  ClusterSpec c;
+  c.name = j.value("name", where);
+  c.nodes = j.value("nodes", 1);
+  c.devices_per_node = j.value("devices_per_node", 1);
+  TP_CHECK(j.contains("device"), "[", where, "] missing object \"device\"");
+  const auto& d = j.at("device");
+  c.memory_bytes = num(d, "memory_gib", where + ": device") * kGiB;
+  c.reserved_bytes = d.value("reserved_gib", 0.0) * kGiB;
+  c.peak_flops = num(d, "tflops", where + ": device") * 1e12;
+  c.memory_Bps = num(d, "memory_bandwidth_gbps", where + ": device") * 1e9;
+  TP_CHECK(j.contains("intra_node") && j.contains("inter_node"), "[", where,
+           "] missing \"intra_node\" or \"inter_node\"");
+  c.intra = link_from_json(j.at("intra_node"), where + ": intra_node");
+  c.inter = link_from_json(j.at("inter_node"), where + ": inter_node");
+  if (j.contains("efficiency")) {
+    const auto& e = j.at("efficiency");
+    c.eff.gemm_max = e.value("gemm_max", c.eff.gemm_max);
+    c.eff.gemm_half_flops = e.value("gemm_half_gflop", c.eff.gemm_half_flops * 1e-9) * 1e9;
+    c.eff.memory = e.value("memory", c.eff.memory);
+    c.eff.link = e.value("link", c.eff.link);
+    c.eff.dp_overlap = e.value("dp_overlap", c.eff.dp_overlap);
+    c.eff.fused_attention = e.value("fused_attention", c.eff.fused_attention);
+  }
+  c.validate(where);
+  return c;
+}
+
+nlohmann::json cluster_to_json(const ClusterSpec& c) {
+  return {{"name", c.name},
+          {"nodes", c.nodes},
+          {"devices_per_node", c.devices_per_node},
+          {"device",
+           {{"memory_gib", c.memory_bytes / kGiB},
+            {"reserved_gib", c.reserved_bytes / kGiB},
+            {"tflops", c.peak_flops * 1e-12},
+            {"memory_bandwidth_gbps", c.memory_Bps * 1e-9}}},
+          {"intra_node", link_to_json(c.intra)},
+          {"inter_node", link_to_json(c.inter)},
+          {"efficiency",
+           {{"gemm_max", c.eff.gemm_max},
+            {"gemm_half_gflop", c.eff.gemm_half_flops * 1e-9},
+            {"memory", c.eff.memory},
+            {"link", c.eff.link},
+            {"dp_overlap", c.eff.dp_overlap},
+            {"fused_attention", c.eff.fused_attention}}}};
+}
+
+ClusterSpec read_cluster_file(const std::string& path) {
+  std::ifstream f(path);
+  TP_CHECK(f.good(), "[read_cluster_file] cannot open ", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    TP_CHECK(false, "[read_cluster_file] ", path, ": invalid JSON: ", e.what());
+  }
+  return cluster_from_json(j, path);
+}
+
+std::vector<std::string> cluster_preset_names() {
+  return {"dgx-a100-80g", "dgx-h100", "h200x8", "this-machine"};
+}
+
+ClusterSpec cluster_preset(const std::string& name, int nodes) {
+  ClusterSpec c;
+  if (name == "dgx-a100-80g") {
+    // NVLink 3: 12 links x 25 GB/s; HDR InfiniBand 200 Gb/s = 25 GB/s per GPU.
+    c = dgx(name, 80, 312, 2039, 300, 12, 25);
+  } else if (name == "dgx-h100" || name == "h200x8") {
+    // NVLink 4: 18 links x 25 GB/s; NDR 400 Gb/s = 50 GB/s per GPU.
+    c = name == "h200x8" ? dgx(name, 141, 989, 4800, 450, 18, 50)
+                         : dgx(name, 80, 989, 3350, 450, 18, 50);
+    c.eff.fused_attention = true;  // H100-era software runs flash attention
+  } else if (name == "this-machine") {
+    c = this_machine();
+  } else {
+    std::string names;
+    for (const auto& n : cluster_preset_names()) names += " " + n;
+    TP_CHECK(false, "[cluster_preset] unknown cluster \"", name,
+             "\": not a file and not a preset (presets:", names, ")");
+  }
+  if (nodes > 0) c.nodes = nodes;
+  c.validate(name);
+  return c;
+}
+
+ClusterSpec resolve_cluster(const std::string& name_or_path, int nodes) {
+  if (std::ifstream(name_or_path).good()) {
+    ClusterSpec c = read_cluster_file(name_or_path);
+    if (nodes > 0) c.nodes = nodes;
+    return c;
+  }
+  return cluster_preset(name_or_path, nodes);
+}
+
+}  // namespace tensorpar::plan

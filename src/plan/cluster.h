@@ -1,0 +1,57 @@
+// ClusterSpec: the machines a plan runs on (devices, their compute and memory, the two link
+// tiers) and the efficiencies the cost model applies. Read from a JSON file (format in
+// docs/planner.md) or taken from a named preset.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace tensorpar::plan {
+
+// One link tier, per device and direction: a collective among devices of this tier moves its
+// bytes at bandwidth_Bps and pays latency_s per step (the alpha-beta model).
+struct LinkSpec {
+  double bandwidth_Bps = 0;  // bytes/s per device, one direction, all its links together
+  double latency_s = 0;
+  int links = 1;  // documentation: NVLinks per GPU, NICs per node
+};
+
+// How close to peak the software gets; calibrated (docs/planner.md says on what).
+struct EfficiencySpec {
+  double gemm_max = 0.8;         // fraction of peak FLOP/s a large GEMM reaches
+  double gemm_half_flops = 1e9;  // GEMM size (FLOPs) at which it reaches half of gemm_max
+  double memory = 0.8;           // fraction of memory bandwidth elementwise ops and decode reach
+  double link = 0.8;             // fraction of link bandwidth a large collective reaches
+  bool dp_overlap = false;       // DP gradient reduction overlaps the backward pass
+  bool fused_attention = false;  // flash attention: no s x s scores in memory
+};
+
+struct ClusterSpec {
+  std::string name;
+  int nodes = 1;
+  int devices_per_node = 1;
+  double memory_bytes = 0;    // per device
+  double reserved_bytes = 0;  // per device: runtime, workspace, fragmentation
+  double peak_flops = 0;      // dense 16-bit FLOP/s per device (f32 on a CPU calibration)
+  double memory_Bps = 0;      // device memory bandwidth
+  LinkSpec intra;             // inside a node (NVLink; shared memory on a CPU)
+  LinkSpec inter;             // between nodes (InfiniBand), per device
+  EfficiencySpec eff;
+
+  int world() const { return nodes * devices_per_node; }
+  void validate(const std::string& where) const;
+};
+
+ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where);
+nlohmann::json cluster_to_json(const ClusterSpec& c);
+ClusterSpec read_cluster_file(const std::string& path);
+
+// Presets: "dgx-a100-80g", "dgx-h100", "h200x8", "this-machine"; `nodes` > 0 overrides the node
+// count. Throws listing the names for an unknown one.
+ClusterSpec cluster_preset(const std::string& name, int nodes = 0);
+std::vector<std::string> cluster_preset_names();
+// A preset name or a JSON file path.
+ClusterSpec resolve_cluster(const std::string& name_or_path, int nodes = 0);
+
+}  // namespace tensorpar::plan

@@ -1,0 +1,15 @@
+// Time of work on one device: a GEMM at the efficiency its size reaches, memory-bound work at
+// the calibrated fraction of memory bandwidth.
+#pragma once
+
+#include "plan/cluster.h"
+
+namespace tensorpar::plan {
+
+// Fraction of peak a GEMM of `flops` reaches: gemm_max * x / (x + gemm_half_flops).
+double gemm_efficiency(const EfficiencySpec& e, double flops);
+// Time of `count` GEMMs of `flops` each.
+double gemm_time(const ClusterSpec& c, double flops, double count = 1);
+double memory_time(const ClusterSpec& c, double bytes);
+
+}  // namespace tensorpar::plan

@@ -1,0 +1,288 @@
+// Training memory and step time per device. The structure follows Megatron-LM's execution:
+// TP collectives on the critical path, 1F1B (optionally interleaved) pipeline, DP gradient
+// reduction after (or overlapped with) the last backward, then the optimizer step.
+#include "plan/train_cost.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "plan/comm_cost.h"
+#include "plan/device_cost.h"
+
+namespace tensorpar::plan {
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& s) {
+  if (s == "none" || s == "off") return Recompute::kNone;
+  if (s == "selective") return Recompute::kSelective;
+  if (s == "full") return Recompute::kFull;
+  TP_CHECK(false, "[parse_recompute] recompute must be none | selective | full, got \"", s, "\"");
+  return Recompute::kNone;
+}
+
+namespace {
+
+constexpr double kAct = 2;  // bytes per activation element (16-bit)
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The sizes one TP rank holds: the largest of the balanced uneven ranges; KV heads are
+// replicated when tp exceeds them (whole KV groups per rank, docs/shapes.md).
+struct LocalSizes {
+  double heads, q, kv, ffn, vocab;
+};
+LocalSizes local_sizes(const ModelSpec& m, int tp) {
+  LocalSizes l;
+  l.heads = double(ceil_div(m.heads, tp));
+  l.q = l.heads * double(m.head_dim);
+  l.kv = double(std::max<int64_t>(1, ceil_div(m.kv_heads, tp)) * m.head_dim);
+  l.ffn = double(ceil_div(m.ffn, tp));
+  l.vocab = double(ceil_div(m.vocab, tp));
+  return l;
+}
+
+double mlp_mats(const ModelSpec& m) {
+  return m.mlp == MlpKind::kGated ? 3 : 2;
+}
+double routed(const ModelSpec& m) {
+  return m.is_moe() ? double(m.experts_per_token) : 1.0;
+}
+
+// Parameters of one layer on one device (experts split over ep, matrices over tp).
+double layer_params_local(const ModelSpec& m, int tp, int ep) {
+  const LocalSizes l = local_sizes(m, tp);
+  const double C = double(m.hidden);
+  double p = C * (l.q + 2 * l.kv) + l.q * C;
+  if (m.linear_biases || m.qkv_bias) p += l.q + 2 * l.kv;
+  if (m.linear_biases) p += C;
+  const double experts_local = m.is_moe() ? double(m.experts) / ep : 1.0;
+  double mlp = mlp_mats(m) * C * l.ffn;
+  if (m.linear_biases) mlp += (mlp_mats(m) - 1) * l.ffn + C;
+  p += experts_local * mlp + C * double(m.experts) + 2.0 * m.norm_vectors * C;
+  return p;
+}
+
+struct StageParams {
+  double first = 0, last = 0;  // parameters per device of the first and the last stage
+};
+StageParams stage_params(const ModelSpec& m, const TrainPlan& p) {
+  const LocalSizes l = local_sizes(m, p.tp);
+  const double layers = double(ceil_div(m.layers, p.pp));
+  const double body = layers * layer_params_local(m, p.tp, p.ep);
+  const double emb = (l.vocab + double(m.positions)) * double(m.hidden);
+  // The head needs its own copy of a tied embedding when it lives on another stage.
+  const bool own_head = !m.tied_embeddings || p.pp > 1;
+  const double head = m.norm_vectors * double(m.hidden) + (own_head ? l.vocab * m.hidden : 0.0);
+  StageParams s;
+  s.first = body + emb + (p.pp == 1 ? head : 0.0);
+  s.last = p.pp == 1 ? s.first : body + head;
+  return s;
+}
+
+// One micro-batch through one layer on one device: forward, backward and recomputation.
+struct LayerCost {
+  double gemm = 0, attention = 0, elementwise = 0, tp_comm = 0, ep_comm = 0;
+  double total() const { return gemm + attention + elementwise + tp_comm + ep_comm; }
+};
+
+LayerCost layer_cost(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, double s,
+                     double act_bytes) {
+  const LocalSizes l = local_sizes(m, p.tp);
+  const double b = p.micro_batch, tok = b * s, C = double(m.hidden);
+  const double k = routed(m);
+  const double fwd_all = 1 + 2 + (p.recompute == Recompute::kFull ? 1 : 0);
+  const double fwd_attn = fwd_all + (p.recompute == Recompute::kSelective ? 1 : 0);
+  LayerCost lc;
+  // Linear layers: each forward GEMM has two backward GEMMs of the same size.
+  double linear = gemm_time(c, 2 * tok * C * (l.q + 2 * l.kv)) + gemm_time(c, 2 * tok * l.q * C);
+  if (m.is_moe()) {
+    const double experts_local = double(m.experts) / p.ep;
+    const double tok_per_expert = tok * k / experts_local;
+    linear += gemm_time(c, 2 * tok_per_expert * C * l.ffn, mlp_mats(m) * experts_local);
+    linear += gemm_time(c, 2 * tok * C * double(m.experts));
+  } else {
+    linear += gemm_time(c, 2 * tok * C * l.ffn, mlp_mats(m));
+  }
+  lc.gemm = fwd_all * linear;
+  lc.attention = fwd_attn * gemm_time(c, 2 * b * s * s * l.q, 2);
+  // Memory-bound work, elements read + written: norms, residual adds, dropout, activation
+  // function, and (without a fused attention kernel) the s x s softmax.
+  const double rep = (m.dropout ? 16 : 10) * tok * C / (p.sp ? p.tp : 1);
+  const double act = (m.mlp == MlpKind::kGated ? 3 : 2) * tok * l.ffn * k;
+  const double scores = c.eff.fused_attention ? 0 : (m.dropout ? 4.5 : 2) * b * l.heads * s * s;
+  lc.elementwise = memory_time(c, act_bytes * (fwd_all * (rep + act) + fwd_attn * scores));
+  // TP: 2 all-reduces forward, 2 backward, 2 more with full recomputation; under SP each is an
+  // all-gather plus a reduce-scatter of the same bytes.
+  const double n_ar = 4 + (p.recompute == Recompute::kFull ? 2 : 0);
+  const double bytes = act_bytes * tok * C;
+  const GroupShape tp{p.tp, 1};
+  lc.tp_comm = n_ar * (p.sp ? 2 * all_gather_time(c, tp, bytes) : all_reduce_time(c, tp, bytes));
+  // EP: dispatch and combine all-to-alls of the routed tokens, forward and backward.
+  if (m.is_moe() && p.ep > 1)
+    lc.ep_comm = n_ar * all_to_all_time(c, {p.ep, p.tp}, act_bytes * tok * k * C);
+  return lc;
+}
+
+double head_time(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, double s) {
+  const LocalSizes l = local_sizes(m, p.tp);
+  const double tok = double(p.micro_batch) * s;
+  // Logits forward, two backward GEMMs; fp32 softmax/cross-entropy over the local vocab.
+  return 3 * gemm_time(c, 2 * tok * double(m.hidden) * l.vocab) +
+         memory_time(c, 3 * 4 * tok * l.vocab);
+}
+
+}  // namespace
+
+double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bool sp, Recompute r,
+                              bool fused_attention) {
+  const double C = double(m.hidden), sb = s * b;
+  if (r == Recompute::kFull) return kAct * sb * C / (sp ? tp : 1);  // the layer's input only
+  const LocalSizes l = local_sizes(m, tp);
+  // Replicated unless SP: inputs of both norms, of QKV and of the MLP; dropout masks (1 byte).
+  const double rep = sb * C * (4 * kAct + (m.dropout ? 2 : 0)) / (sp ? tp : 1);
+  // Sharded over TP: Q, K, V, the output projection's input, the MLP's inner activations.
+  const double attn = kAct * sb * (l.q + l.kv) + kAct * sb * l.kv + kAct * sb * l.q;
+  const double mlp = kAct * sb * l.ffn * (m.mlp == MlpKind::kGated ? 3 : 2) * routed(m);
+  // Softmax output (+ dropout mask and output): 5 a s^2 b with dropout, 2 without.
+  const double scores = (r == Recompute::kSelective || fused_attention)
+                            ? 0
+                            : b * l.heads * s * s * (m.dropout ? 5 : kAct);
+  return rep + attn + mlp + scores;
+}
+
+std::string train_plan_problem(const ModelSpec& m, const ClusterSpec& c, const TrainWorkload& w,
+                               const TrainPlan& p) {
+  auto str = [](auto... a) { return detail::concat(a...); };
+  if (p.tp < 1 || p.pp < 1 || p.dp < 1 || p.ep < 1 || p.micro_batch < 1 || p.interleave < 1)
+    return "tp, pp, dp, ep, micro_batch and interleave must be >= 1";
+  if (long(p.tp) * p.pp * p.dp != c.world())
+    return str("tp x pp x dp = ", long(p.tp) * p.pp * p.dp, " but the cluster has ", c.world(),
+               " devices");
+  if (w.global_batch < 1 || w.seq < 1) return "global batch and sequence length must be >= 1";
+  if (w.global_batch % (int64_t(p.dp) * p.micro_batch) != 0)
+    return str("global batch ", w.global_batch,
+               " is not a multiple of dp x micro_batch = ", int64_t(p.dp) * p.micro_batch);
+  if (p.pp > m.layers) return str("pp ", p.pp, " exceeds the ", m.layers, " layers");
+  const int64_t micro = w.global_batch / (int64_t(p.dp) * p.micro_batch);
+  if (p.interleave > 1) {
+    if (p.pp == 1) return "interleave > 1 needs pp > 1";
+    if (m.layers % (int64_t(p.pp) * p.interleave) != 0)
+      return str("layers ", m.layers,
+                 " not divisible by pp x interleave = ", int64_t(p.pp) * p.interleave);
+    if (micro % p.pp != 0)
+      return str("interleaved schedule needs micro-batches (", micro, ") divisible by pp ", p.pp);
+  }
+  if (p.sp && p.tp == 1) return "sp needs tp > 1";
+  if (p.zero < 0 || p.zero > 1) return "zero must be 0 or 1";
+  if (p.ep > 1) {
+    if (!m.is_moe()) return "ep > 1 needs an MoE model";
+    if (p.dp % p.ep != 0) return str("ep ", p.ep, " must divide dp ", p.dp);
+    if (m.experts % p.ep != 0) return str("ep ", p.ep, " must divide the ", m.experts, " experts");
+  }
+  return "";
+}
+
+TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const TrainWorkload& w,
+                             const TrainPlan& p) {
+  const std::string problem = train_plan_problem(m, c, w, p);
+  TP_CHECK(problem.empty(), "[plan] tp=", p.tp, " pp=", p.pp, " dp=", p.dp, ": ", problem);
+  TrainEstimate e;
+  e.plan = p;
+  const double s = double(w.seq), b = p.micro_batch;
+  const int64_t m_micro = w.global_batch / (int64_t(p.dp) * p.micro_batch);
+  e.micro_batches = m_micro;
+  const double layers_stage = double(ceil_div(m.layers, p.pp));
+
+  // Time of one micro-batch on the bottleneck stage (the last: its layers plus the head).
+  const double act_scale = w.activation_bytes / kAct;  // formulas below count 16-bit elements
+  const LayerCost lc = layer_cost(m, c, p, s, w.activation_bytes);
+  const double head = head_time(m, c, p, s);
+  const double per_micro = layers_stage * lc.total() + head;
+  const double mm = double(m_micro);
+  e.time.gemm = mm * (layers_stage * lc.gemm + head);
+  e.time.attention = mm * layers_stage * lc.attention;
+  e.time.elementwise = mm * layers_stage * lc.elementwise;
+  e.time.tp_comm = mm * layers_stage * lc.tp_comm;
+  e.time.ep_comm = mm * layers_stage * lc.ep_comm;
+  e.time.bubble = double(p.pp - 1) / p.interleave * per_micro;
+  if (p.pp > 1) {
+    // Activations (and their gradients) to the neighbour stage; between nodes Megatron splits
+    // them over the tp NICs and all-gathers over NVLink (scatter/gather).
+    const double bytes = w.activation_bytes * b * s * double(m.hidden);
+    const bool inter = long(p.tp) * p.dp >= c.devices_per_node;
+    double one = inter ? send_time(c.inter, c, bytes / p.tp) + all_gather_time(c, {p.tp, 1}, bytes)
+                       : send_time(c.intra, c, bytes);
+    e.time.pp_comm = 2 * (mm * p.interleave + p.pp - 1) * one;
+  }
+  const StageParams sp = stage_params(m, p);
+  const double params = std::max(sp.first, sp.last);
+  const GroupShape dp{p.dp, p.tp};
+  double dp_time = p.zero == 1 ? all_gather_time(c, dp, params * w.grad_bytes) +
+                                     all_gather_time(c, dp, params * w.weight_bytes)
+                               : all_reduce_time(c, dp, params * w.grad_bytes);
+  if (c.eff.dp_overlap) {
+    const double fwd_units = p.recompute == Recompute::kFull ? 2 : 1;
+    dp_time = std::max(0.0, dp_time - per_micro * 2 / (2 + fwd_units));
+  }
+  e.time.dp_comm = dp_time;
+  // AdamW reads weights, grads, master weights and two moments, and writes all but the grads.
+  const double adam_bytes = 2 * (w.weight_bytes + w.optimizer_bytes) + w.grad_bytes;
+  e.time.optimizer = memory_time(c, adam_bytes * params / (p.zero == 1 ? p.dp : 1));
+  e.step_time_s = e.time.total();
+
+  // Memory on the fuller of the first and last stages.
+  const double opt_div = p.zero == 1 ? p.dp : 1;
+  const double act_layer =
+      act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, p.recompute, c.eff.fused_attention);
+  // 1F1B: the first stage keeps min(m, p) micro-batches in flight; interleaving adds
+  // (p - 1) / (p v) of that (Korthikanti et al. 2022, section 4.2.3).
+  double in_flight = double(std::min<int64_t>(m_micro, p.pp));
+  if (p.interleave > 1) in_flight *= 1 + double(p.pp - 1) / (double(p.pp) * p.interleave);
+  double act_first = layers_stage * act_layer * in_flight;
+  if (p.recompute == Recompute::kFull)  // one layer's activations while it is recomputed
+    act_first += act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, Recompute::kNone,
+                                                    c.eff.fused_attention);
+  const double logits = 2 * 4 * b * s * local_sizes(m, p.tp).vocab;  // fp32 logits + gradient
+  const double act_last = (p.pp == 1 ? act_first : layers_stage * act_layer) + logits;
+  auto stage_total = [&](double prm, double act) {
+    return prm * (w.weight_bytes + w.grad_bytes + w.optimizer_bytes / opt_div) + act;
+  };
+  const bool first_fuller = stage_total(sp.first, act_first) >= stage_total(sp.last, act_last);
+  const double prm = first_fuller ? sp.first : sp.last;
+  e.memory.weights = prm * w.weight_bytes;
+  e.memory.grads = prm * w.grad_bytes;
+  e.memory.optimizer = prm * w.optimizer_bytes / opt_div;
+  e.memory.activations = first_fuller ? act_first : act_last;
+  e.memory.reserved = c.reserved_bytes;
+  e.fits = e.memory.total() <= c.memory_bytes;
+
+  // Throughput figures.
+  const double B = double(w.global_batch);
+  e.tokens_per_s = B * s / e.step_time_s;
+  const LayerFlops f = layer_forward_flops(m, B, s);
+  const double extra = p.recompute == Recompute::kFull        ? f.linear + f.attention
+                       : p.recompute == Recompute::kSelective ? f.attention
+                                                              : 0;
+  const double model_flops = model_flops_per_iteration(m, B, s);
+  const double hw_flops = model_flops + double(m.layers) * extra;
+  const double devices = c.world();
+  e.hardware_flops_per_device = hw_flops / (e.step_time_s * devices);
+  e.mfu = model_flops / (e.step_time_s * devices * c.peak_flops);
+  return e;
+}
+
+}  // namespace tensorpar::plan

@@ -1,0 +1,47 @@
+// Parameter count and per-rank training-state bytes (see memory_accounting.h).
+#include "train/memory_accounting.h"
+
+#include <cstdio>
+
+namespace tensorpar {
+
+int64_t parameter_count(const std::vector<ParamShard>& params) {
+  int64_t n = 0;
+  for (const ParamShard& p : params) {
+    int64_t e = 1;
+    for (int64_t d : p.global_shape) e *= d;
+    n += e;
+  }
+  return n;
+}
+
+int64_t training_state_bytes(const std::vector<ParamShard>& params) {
+  int64_t bytes = 0;
+  for (const ParamShard& p : params)
+    bytes += p.value->numel() * int64_t(sizeof(float)) * (p.grad ? 4 : 1);
+  return bytes;
+}
+
+std::string TrainMemoryReport::summary() const {
+  char b[64];
+  std::snprintf(b, sizeof(b),
+                "%.2fM parameters; params+grads+AdamW per rank:", double(parameters) / 1e6);
+  std::string s = b;
+  for (size_t r = 0; r < state_bytes_per_rank.size(); ++r) {
+    std::snprintf(b, sizeof(b), "%s %.1f", r ? " /" : "",
+                  double(state_bytes_per_rank[r]) / (1 << 20));
+    s += b;
+  }
+  return s + " MiB";
+}
+
+TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp) {
+  TrainMemoryReport r;
+  r.parameters = parameter_count(params);
+  const int64_t mine = training_state_bytes(params);
+  r.state_bytes_per_rank.resize(size_t(tp.size()));
+  tp.all_gather(&mine, r.state_bytes_per_rank.data(), 1, DType::kI64);
+  return r;
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,447 @@
+#!/usr/bin/env python3
+"""The tensorpar binary as a user meets it, run as a subprocess.
+
+Bad input of every kind must end with an `error: ...` line on stderr naming what is wrong (and,
+where there is one, the fix) and a non-zero exit status below 128: never a signal, a hang or a
+stack trace. A resumed training run must keep its settings and save into its own directory; the
+CLI must say what it does (defaults in --help, warnings for flags that cannot act, --json output).
+
+Environment (set by tests/cli/CMakeLists.txt): TENSORPAR_BIN, TP_FIXTURES_DIR, TP_MPIEXEC
+(optional), TENSORPAR_COMM_TIMEOUT (every wait inside the binary ends by then; the timeouts here
+are derived from it, with a wide margin for a loaded machine).
+Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Docs]
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("TENSORPAR_BIN", "build/bin/tensorpar")
+FIXTURES = Path(os.environ.get("TP_FIXTURES_DIR", Path(__file__).resolve().parents[1] / "fixtures"))
+MPIEXEC = os.environ.get("TP_MPIEXEC", "")
+COMM_TIMEOUT = float(os.environ.get("TENSORPAR_COMM_TIMEOUT", "300"))
+# A hung collective fails after COMM_TIMEOUT; a run that takes 4x that plus two minutes is stuck.
+RUN_TIMEOUT = 4 * COMM_TIMEOUT + 120
+TOKENIZER = FIXTURES / "tokenizer" / "gpt2_trained.tokenizer.json"
+TEXT = FIXTURES / "README.md"
+# The environment without any MPI launcher's variables (ctest may itself run under one).
+LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE")
+BASE_ENV = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+
+# The tiny model every test trains: 1 layer, hidden 32, 2 heads, 128 positions.
+TINY = ["--arch", "llama", "--layers", "1", "--hidden", "32", "--heads", "2", "--seq", "128",
+        "--vocab-from", str(TOKENIZER), "--data", str(TEXT), "--threads-per-rank", "1"]
+
+
+def run(args, stdin=None, env_extra=None, prefix=()):
+    env = dict(BASE_ENV, **(env_extra or {}))
+    return subprocess.run([*prefix, BIN, *map(str, args)], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=RUN_TIMEOUT)
+
+
+def lines(text):
+    return [l for l in text.splitlines() if l.strip()]
+
+
+class CliCase(unittest.TestCase):
+    def assert_ok(self, r):
+        self.assertEqual(r.returncode, 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+
+    def assert_fails(self, r, *keywords, only_line=True):
+        """Non-zero exit by the program itself (not a signal), one error line with the keywords."""
+        where = f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+        self.assertNotEqual(r.returncode, 0, where)
+        self.assertGreater(r.returncode, 0, "killed by a signal: " + where)
+        self.assertLess(r.returncode, 128, "killed by a signal: " + where)
+        err = lines(r.stderr)
+        errors = [l for l in err if l.startswith("error: ")]
+        self.assertTrue(errors, "no 'error: ' line: " + where)
+        if only_line:
+            self.assertEqual(len(err), 1, "more than one line on stderr: " + where)
+        line = errors[-1]
+        for k in keywords:
+            self.assertIn(k, line, where)
+        for bad in ("terminate called", "[launch_ranks]", "Aborted", "what():", "Segmentation"):
+            self.assertNotIn(bad, r.stderr, where)
+        return line
+
+
+class Workdir(CliCase):
+    """A temporary directory with a trained and exported tiny model (once per class)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="tensorpar-cli-"))
+        cls.run_dir = cls.tmp / "run"
+        r = run(["train", *TINY, "--batch", "4", "--micro-batch", "2", "--bf16", "--steps", "2", "--lr", "3e-3",
+                 "--warmup", "1", "--save-every", "1", "--out", cls.run_dir, "--json"])
+        assert r.returncode == 0, r.stderr
+        cls.train_log = [json.loads(l) for l in lines(r.stdout)]
+        cls.model_dir = cls.tmp / "model"
+        r = run(["export", "--checkpoint", cls.run_dir, "--out", cls.model_dir])
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def fresh(self, name):
+        """A copy of the trained run, for a test that writes into it."""
+        dst = self.tmp / name
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(self.run_dir, dst, symlinks=True)
+        return dst
+
+
+class BadInput(Workdir):
+    def test_unknown_flag(self):
+        self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--bogus"]), "--bogus")
+
+    def test_out_of_range_value(self):
+        self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--tp", "0"]), "--tp")
+
+    def test_missing_subcommand_argument(self):
+        self.assert_fails(run(["generate", "-p", "hi"]), "--model")
+
+    def test_missing_model_file(self):
+        self.assert_fails(run(["generate", "-m", self.tmp / "nope.gguf", "-p", "hi"]), "nope.gguf",
+                          "no such file")
+
+    def test_directory_without_config(self):
+        d = self.tmp / "empty_dir"
+        d.mkdir(exist_ok=True)
+        self.assert_fails(run(["generate", "-m", d, "-p", "hi"]), "empty_dir", "no config.json")
+        self.assert_fails(run(["inspect", "-m", d]), "empty_dir", "no config.json")
+
+    def test_corrupt_gguf(self):
+        good = (FIXTURES / "models" / "llama_gqa_gguf" / "model-f16.gguf").read_bytes()
+        for name, data in {"garbage.gguf": b"GGUF" + bytes(range(256)) * 4,
+                           "truncated.gguf": good[: len(good) // 3],
+                           "not_gguf.gguf": b"this is a text file\n"}.items():
+            path = self.tmp / name
+            path.write_bytes(data)
+            self.assert_fails(run(["generate", "-m", path, "-p", "hi", "--tokenizer", TOKENIZER]), name)
+            self.assert_fails(run(["inspect", "-m", path]), name)
+
+    def test_checkpoint_given_as_model(self):
+        for cmd in (["generate", "-m", self.run_dir, "-p", "hi"], ["inspect", "-m", self.run_dir],
+                    ["perplexity", "-m", self.run_dir / "step-2", "--file", TEXT]):
+            self.assert_fails(run(cmd), "training checkpoint", "export it first")
+
+    def test_model_without_tokenizer_names_the_flag(self):
+        d = self.tmp / "no_tokenizer"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(self.model_dir, d)
+        (d / "tokenizer.json").unlink()
+        self.assert_fails(run(["generate", "-m", d, "-p", "hi"]), "no tokenizer.json", "--tokenizer")
+        # ... and with it, it runs.
+        self.assert_ok(run(["generate", "-m", d, "-p", "hi", "--tokenizer", TOKENIZER, "-n", "2"]))
+
+    def test_ctx_beyond_the_models_positions(self):
+        # The tiny model was trained with 128 positions.
+        line = self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--ctx", "129"]), "--ctx 129",
+                                 "128")
+        self.assertIn("exceeds", line)
+        self.assert_ok(run(["generate", "-m", self.model_dir, "-p", "hi", "--ctx", "128", "-n", "2"]))
+
+    def test_tp_beyond_what_the_model_allows(self):
+        # More ranks than the tiny model's 2 attention heads.
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "--tp", "64", "-n", "2"])
+        self.assert_fails(r, "--tp 64", "2 attention heads")
+        self.assert_fails(run(["inspect", "-m", self.model_dir, "--tp", "3"]), "--tp 3", "2 attention heads")
+        self.assert_fails(run(["train", *TINY, "--tp", "3", "--steps", "1"]), "--tp 3", "2 attention heads",
+                          only_line=False)
+
+    def test_resume_of_a_missing_directory(self):
+        self.assert_fails(run(["train", "--resume", self.tmp / "no_such_run", "--data", TEXT]), "no_such_run",
+                          "no such directory")
+
+    def test_checkpoint_of_another_model(self):
+        other = self.tmp / "other_model"
+        if not other.exists():
+            shape = TINY.copy()
+            shape[shape.index("--hidden") + 1] = "48"
+            r = run(["train", *shape, "--batch", "2", "--steps", "1",
+                     "--out", self.tmp / "other_run"])
+            self.assert_ok(r)
+            self.assert_ok(run(["export", "--checkpoint", self.tmp / "other_run", "--out", other]))
+        r = run(["train", "--resume", self.fresh("run_other"), "--model", other, "--steps", "3"])
+        self.assert_fails(r, "global shape", "[1503,32]", "[1503,48]", only_line=False)
+
+    def test_prompt_sources_are_exclusive(self):
+        self.assert_fails(run(["generate", "-m", self.model_dir]), "--prompt")
+        self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "-"], stdin=""), "empty")
+
+
+class Launch(Workdir):
+    def test_launcher_environment_without_mpi_backend_is_refused(self):
+        env = {"OMPI_COMM_WORLD_SIZE": "2"}
+        self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi"], env_extra=env), "MPI launcher",
+                          "OMPI_COMM_WORLD_SIZE=2", "--backend mpi")
+        self.assert_fails(run(["train", *TINY, "--steps", "1"], env_extra={"PMI_SIZE": "3"}), "PMI_SIZE=3",
+                          "--backend mpi")
+        # One process under a launcher is one process: threads are fine.
+        self.assert_ok(run(["generate", "-m", self.model_dir, "-p", "hi", "-n", "2"],
+                           env_extra={"OMPI_COMM_WORLD_SIZE": "1"}))
+
+    def mpirun(self, n):
+        if not MPIEXEC or not Path(MPIEXEC).exists():
+            self.skipTest("no mpiexec")
+        return [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-np", str(n)]
+
+    def test_mpirun_without_backend(self):
+        r = run(["generate", "-m", self.model_dir, "-p", "hi"], prefix=self.mpirun(2))
+        self.assert_fails(r, "--backend mpi", only_line=False)
+
+    def test_mpirun_world_not_tp_times_dp(self):
+        r = run(["train", *TINY, "--steps", "1", "--backend", "mpi", "--tp", "3"], prefix=self.mpirun(2))
+        self.assert_fails(r, "--tp 3 x --dp 1", "MPI world of 2", only_line=False)
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "--backend", "mpi", "--tp", "3"],
+                prefix=self.mpirun(2))
+        self.assert_fails(r, "--tp 3", "MPI world of 2", only_line=False)
+
+
+def checkpoint_state(root):
+    step = (Path(root) / "latest").read_text().strip()
+    return step, json.loads((Path(root) / step / "index.json").read_text())["state"]
+
+
+class Resume(Workdir):
+    def test_first_run_announces_every_checkpoint(self):
+        self.assertEqual([l.get("checkpoint") for l in self.train_log],
+                         [str(self.run_dir / "step-1"), str(self.run_dir / "step-2")])
+
+    def test_resume_keeps_the_settings_and_saves_into_the_run(self):
+        d = self.fresh("run_keep")
+        r = run(["train", "--resume", d, "--steps", "4", "--tp", "2", "--threads-per-rank", "1"])
+        self.assert_ok(r)
+        self.assertIn("changed by flags: --steps 2 -> 4", r.stderr)
+        self.assertIn(f"saving into {d}", r.stderr)
+        self.assertIn(f"saved checkpoint {d / 'step-4'}", r.stderr)
+        step, state = checkpoint_state(d)
+        self.assertEqual(step, "step-4")
+        run_settings = state["run"]
+        # The first run's flags, kept; --steps the one change.
+        self.assertEqual(run_settings["batch"], 4)
+        self.assertEqual(run_settings["micro-batch"], 2)
+        self.assertEqual(run_settings["bf16"], True)
+        self.assertAlmostEqual(run_settings["lr"], 3e-3, places=9)
+        self.assertEqual(run_settings["warmup"], 1)
+        self.assertEqual(run_settings["seq"], 128)
+        self.assertEqual(run_settings["save-every"], 1)
+        self.assertEqual(run_settings["steps"], 4)
+        self.assertEqual(run_settings["data"], str(TEXT))
+        self.assertTrue((d / "step-3").is_dir())
+
+    def test_a_bare_resume_continues_exactly_as_the_uninterrupted_run(self):
+        # The reference: 4 uninterrupted steps (bf16, batch 4 in micro-batches of 2, save at 2).
+        full = self.tmp / "full"
+        shutil.rmtree(full, ignore_errors=True)
+        r = run(["train", *TINY, "--batch", "4", "--micro-batch", "2", "--bf16", "--steps", "4", "--lr", "3e-3",
+                 "--warmup", "1", "--save-every", "2", "--out", full, "--json"])
+        self.assert_ok(r)
+        reference = {l["step"]: l["loss"] for l in map(json.loads, lines(r.stdout))}
+        # Its step-2 checkpoint alone, resumed with no flag but the thread count: every setting
+        # (bf16, batch, schedule, data, seed) must come from the checkpoint for the losses to match.
+        part = self.tmp / "part"
+        shutil.rmtree(part, ignore_errors=True)
+        shutil.copytree(full / "step-2", part / "step-2")
+        (part / "latest").write_text("step-2\n")
+        r = run(["train", "--resume", part, "--threads-per-rank", "1", "--json"])
+        self.assert_ok(r)
+        resumed = {l["step"]: l["loss"] for l in map(json.loads, lines(r.stdout))}
+        self.assertEqual(resumed, {3: reference[3], 4: reference[4]})
+        self.assertEqual(checkpoint_state(part)[0], "step-4")
+
+    def test_a_checkpoint_without_settings_says_so(self):
+        d = self.fresh("run_old")
+        index = d / "step-2" / "index.json"
+        j = json.loads(index.read_text())
+        del j["state"]["run"]
+        index.write_text(json.dumps(j))
+        r = run(["train", "--resume", d, "--steps", "3"])
+        self.assert_ok(r)
+        self.assertIn("records no run settings", r.stderr)
+        self.assertEqual(checkpoint_state(d)[0], "step-3")
+
+    def test_a_flag_given_again_overrides_and_is_reported(self):
+        d = self.fresh("run_override")
+        r = run(["train", "--resume", d, "--steps", "3", "--batch", "2", "--no-bf16", "--json"])
+        self.assert_ok(r)
+        self.assertIn("--batch 4 -> 2", r.stderr)
+        self.assertIn("--bf16 true -> false", r.stderr)
+        self.assertIn("matmuls f32", r.stderr)
+        _, state = checkpoint_state(d)
+        self.assertEqual(state["run"]["batch"], 2)
+        self.assertEqual(state["run"]["bf16"], False)
+        log = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual([(l["step"], l.get("checkpoint")) for l in log], [(3, str(d / "step-3"))])
+
+    def test_resume_with_nothing_left_to_train(self):
+        self.assert_fails(run(["train", "--resume", self.fresh("run_done")]), "at step 2", "--steps is 2",
+                          "nothing to train")
+
+    def test_a_new_run_never_overwrites_an_old_one(self):
+        d = self.fresh("run_taken")
+        self.assert_fails(run(["train", *TINY, "--steps", "1", "--out", d]), "already holds a run", "--resume")
+
+    def test_resuming_an_older_step_does_not_move_latest_back(self):
+        d = self.fresh("run_branch")
+        self.assert_fails(run(["train", "--resume", d / "step-1", "--steps", "3"]), "move latest back", "--out")
+        self.assertEqual(checkpoint_state(d)[0], "step-2")
+        branch = self.tmp / "branch"
+        shutil.rmtree(branch, ignore_errors=True)
+        self.assert_ok(run(["train", "--resume", d / "step-1", "--steps", "3", "--out", branch]))
+        self.assertEqual(checkpoint_state(branch)[0], "step-3")
+        self.assertEqual(checkpoint_state(d)[0], "step-2")
+
+    def test_model_shape_flags_conflict_with_resume(self):
+        self.assert_fails(run(["train", "--resume", self.fresh("run_shape"), "--hidden", "64", "--steps", "3"]),
+                          "--hidden", "drop --hidden")
+
+    def test_a_run_without_out_says_it_saves_nothing(self):
+        r = run(["train", *TINY, "--steps", "1"])
+        self.assert_ok(r)
+        self.assertIn("no --out: this run saves no checkpoint", r.stderr)
+
+
+class Output(Workdir):
+    def test_help_shows_the_defaults(self):
+        def option_line(help_text, flag):
+            for l in help_text.splitlines():
+                if flag + " " in l or l.rstrip().endswith(flag):
+                    return l
+            self.fail(f"{flag} not in help:\n{help_text}")
+
+        r = run(["generate", "--help"])
+        self.assert_ok(r)
+        for flag, default in (("--max-tokens", "128"), ("--temperature", "0"), ("--seed", "0"),
+                              ("--tp", "1"), ("--top-p", "1")):
+            self.assertRegex(option_line(r.stdout, flag), rf"={default}\b")
+        r = run(["train", "--help"])
+        self.assert_ok(r)
+        for flag, default in (("--lr", "0.001"), ("--steps", "100"), ("--batch", "8"), ("--seq", "128")):
+            self.assertRegex(option_line(r.stdout, flag), rf"={default}\b")
+        r = run(["chat", "--help"])
+        self.assertRegex(option_line(r.stdout, "--max-tokens"), r"=512\b")
+
+    def test_json_is_one_object_instead_of_the_text(self):
+        r = run(["generate", "-m", self.model_dir, "-p", "The", "-n", "4", "--json"])
+        self.assert_ok(r)
+        out = lines(r.stdout)
+        self.assertEqual(len(out), 1, r.stdout)
+        j = json.loads(out[0])
+        for key in ("text", "tokens", "prompt_tokens", "stop_reason", "prefill_tok_s", "decode_tok_s", "ttft_ms",
+                    "weights_kv_mb_per_rank", "process_peak_rss_mb"):
+            self.assertIn(key, j)
+        self.assertEqual(len(j["weights_kv_mb_per_rank"]), 1)
+
+    def test_prompt_from_stdin_and_file_equals_the_flag(self):
+        f = self.tmp / "prompt.txt"
+        f.write_text("The model\n")
+        texts = []
+        for args, stdin in ((["-p", "The model"], None), (["-p", "-"], "The model\n"), (["--prompt-file", f], None)):
+            r = run(["generate", "-m", self.model_dir, *args, "-n", "5", "--json"], stdin=stdin)
+            self.assert_ok(r)
+            j = json.loads(r.stdout)
+            texts.append((j["prompt_tokens"], j["text"]))
+        self.assertEqual(texts[0], texts[1])
+        self.assertEqual(texts[0], texts[2])
+
+    def test_sampling_flags_at_temperature_zero_warn(self):
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "-n", "2", "--top-k", "5", "--seed", "3"])
+        self.assert_ok(r)
+        warn = [l for l in lines(r.stderr) if "warning" in l]
+        self.assertEqual(len(warn), 1, r.stderr)
+        self.assertIn("--top-k, --seed", warn[0])
+        self.assertIn("--temperature 0", warn[0])
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "-n", "2", "--top-k", "5", "--temperature", "0.7"])
+        self.assert_ok(r)
+        self.assertNotIn("warning", r.stderr)
+
+    def test_chat_template_fallback_is_said_once(self):
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "-n", "2", "--chat"])
+        self.assert_ok(r)
+        notes = [l for l in lines(r.stderr) if "no chat template" in l]
+        self.assertEqual(len(notes), 1, r.stderr)
+        self.assertIn("ChatML", notes[0])
+
+    def test_chat_json_is_one_object_per_turn(self):
+        r = run(["chat", "-m", self.model_dir, "--json", "--temperature", "0", "-n", "3"], stdin="Hello\nAgain\n")
+        self.assert_ok(r)
+        turns = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual([t["turn"] for t in turns], [1, 2])
+        for t in turns:
+            self.assertLessEqual(t["tokens"], 3)
+            self.assertIn(t["stop_reason"], ("length", "eos", "stop"))
+        # The second turn's context holds the first exchange, which it did not run again.
+        self.assertGreater(turns[1]["context_tokens"], turns[0]["context_tokens"])
+        self.assertLess(turns[1]["prompt_tokens"] + turns[1]["tokens"], turns[1]["context_tokens"] - turns[0]["tokens"])
+
+    def test_chat_keeps_going_when_the_context_fills(self):
+        # An 80-token context holds one turn (~37 tokens of ChatML markup and text) but not two.
+        r = run(["chat", "-m", self.model_dir, "--json", "--temperature", "0", "-n", "4", "--ctx", "80"],
+                stdin="one two\nthree four\nfive six\nseven\n")
+        self.assert_ok(r)
+        turns = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual(len(turns), 4, r.stderr)
+        self.assertIn("dropped the", r.stderr)
+
+    def test_errors_from_the_ranks_have_no_launcher_prefix(self):
+        line = self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--ctx", "1000"]), "--ctx")
+        self.assertFalse(line.startswith("error: [launch_ranks]"), line)
+
+
+class Docs(Workdir):
+    """Every command line the README and scripts/demo.sh show uses flags the binary has; the
+    README's demo transcript is what scripts/demo.sh prints."""
+
+    STATS = re.compile(r"^\[\d+ tokens, \w+; prefill [\d.]+ tok/s, decode [\d.]+ tok/s, ttft \d+ ms; "
+                       r"weights\+KV per rank:( [\d.]+ MiB)+\]$")
+
+    def test_demo_transcript_is_what_the_script_prints(self):
+        demo = (ROOT / "scripts" / "demo.sh").read_text()
+        prompt = re.search(r'prompt="\$\{1:-(.*)\}"', demo).group(1)
+        fetch = (ROOT / "tools" / "fetch_model.sh").read_text()  # the demo's default model
+        model = "models/" + re.search(r'OUT="\$MODELS_DIR/(SmolLM2[^"]+)"', fetch).group(1)
+        readme = [l.strip() for l in (ROOT / "README.md").read_text().splitlines()]
+        header = f"== tensorpar generate --tp 2 --chat  (model: {model})"
+        self.assertIn('echo "== tensorpar generate --tp 2 --chat  (model: $model)"', demo)
+        self.assertIn(header, readme)
+        at = readme.index(header)
+        self.assertEqual(readme[at + 1], "> " + prompt)
+        self.assertRegex(readme[at + 3], self.STATS)
+        # ... and the binary prints its statistics line in that form.
+        r = run(["generate", "-m", self.model_dir, "-p", "hi", "-n", "3"])
+        self.assert_ok(r)
+        self.assertRegex(lines(r.stderr)[-1], self.STATS)
+
+    def commands(self, path):
+        text = path.read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            m = re.search(r"build/bin/tensorpar (\w+)(.*)", line)
+            if m and m.group(1) != "bench":
+                yield m.group(1), m.group(2).split("#")[0]
+
+    def test_documented_flags_exist(self):
+        helps = {}
+        checked = 0
+        for path in (ROOT / "README.md", ROOT / "scripts" / "demo.sh"):
+            for sub, rest in self.commands(path):
+                if sub not in helps:
+                    r = run([sub, "--help"])
+                    self.assert_ok(r)
+                    helps[sub] = set(re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", r.stdout))
+                for flag in re.findall(r"(?:^|\s)(--?[a-zA-Z][\w-]*)", rest):
+                    self.assertIn(flag, helps[sub], f"{path.name}: tensorpar {sub} has no {flag}")
+                    checked += 1
+        self.assertGreater(checked, 50)
+
+
+if __name__ == "__main__":
+    unittest.main()

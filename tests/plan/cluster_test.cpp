@@ -1,0 +1,105 @@
+// Cluster files and presets: round trip, datasheet numbers, clear errors; the alpha-beta
+// collectives against their formulas; this machine's calibration from synthetic bench output.
+#include "plan/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "plan/calibrate.h"
+#include "plan/comm_cost.h"
+#include "plan/device_cost.h"
+
+namespace tensorpar::plan {
+namespace {
+
+TEST(Cluster, PresetsCarryDatasheetNumbers) {
+  const ClusterSpec a = cluster_preset("dgx-a100-80g");
+  EXPECT_EQ(a.world(), 8);
+  EXPECT_DOUBLE_EQ(a.peak_flops, 312e12);
+  EXPECT_DOUBLE_EQ(a.intra.bandwidth_Bps, 12 * 25e9);  // NVLink 3: 12 links x 25 GB/s
+  EXPECT_DOUBLE_EQ(a.inter.bandwidth_Bps, 200e9 / 8);  // HDR 200 Gb/s per GPU
+  const ClusterSpec h = cluster_preset("dgx-h100", 4);
+  EXPECT_EQ(h.world(), 32);
+  EXPECT_DOUBLE_EQ(h.inter.bandwidth_Bps, 400e9 / 8);  // NDR 400 Gb/s per GPU
+  EXPECT_NEAR(cluster_preset("h200x8").memory_bytes / std::pow(1024.0, 3), 141, 1e-9);
+  for (const auto& n : cluster_preset_names()) {
+    EXPECT_NO_THROW(cluster_preset(n));
+  }
+}
+
+TEST(Cluster, JsonRoundTripAndErrors) {
+  const ClusterSpec a = cluster_preset("dgx-h100", 3);
+  const ClusterSpec b = cluster_from_json(cluster_to_json(a), "roundtrip");
+  EXPECT_EQ(b.world(), a.world());
+  EXPECT_DOUBLE_EQ(b.peak_flops, a.peak_flops);
+  EXPECT_DOUBLE_EQ(b.inter.latency_s, a.inter.latency_s);
+  EXPECT_EQ(b.eff.dp_overlap, a.eff.dp_overlap);
+  nlohmann::json j = cluster_to_json(a);
+  j["device"].erase("tflops");
+  try {
+    cluster_from_json(j, "my_cluster.json");
+    FAIL() << "missing tflops accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("my_cluster.json"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("tflops"), std::string::npos);
+  }
+  try {
+    cluster_preset("dgx-z9000");
+    FAIL() << "unknown preset accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("dgx-a100-80g"), std::string::npos);
+  }
+  EXPECT_THROW(read_cluster_file("/nonexistent/cluster.json"), std::exception);
+}
+
+TEST(Comm, AlphaBetaRing) {
+  ClusterSpec c = cluster_preset("dgx-a100-80g", 2);
+  c.eff.link = 1;
+  const double N = 1 << 26;
+  // Inside a node: 2 (n-1) alpha + 2 (n-1)/n N / B.
+  EXPECT_NEAR(all_reduce_time(c, {8, 1}, N),
+              14 * c.intra.latency_s + 2 * 7.0 / 8 * N / c.intra.bandwidth_Bps, 1e-15);
+  // A DP group of stride 8 crosses nodes and runs at the NIC rate.
+  EXPECT_NEAR(all_reduce_time(c, {2, 8}, N), 2 * c.inter.latency_s + N / c.inter.bandwidth_Bps,
+              1e-15);
+  EXPECT_NEAR(all_gather_time(c, {4, 1}, N),
+              3 * c.intra.latency_s + 0.75 * N / c.intra.bandwidth_Bps, 1e-15);
+  EXPECT_EQ(all_reduce_time(c, {1, 1}, N), 0);
+}
+
+TEST(Calibrate, RecoversTheGeneratingConstants) {
+  // Synthetic bench output from known constants: peak 100 GFLOP/s with half-rate at 1e7 FLOPs,
+  // all-reduce over 2 ranks with alpha 10 us and 4 GB/s.
+  std::string gemm, comm;
+  for (double f : {1e5, 1e6, 1e7, 1e8, 1e10}) {
+    const double rate = 100e9 * f / (f + 1e7);
+    gemm += "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":2,\"n\":1,\"k\":" + std::to_string(f / 4) +
+            ",\"gflops\":" + std::to_string(rate * 1e-9) + "}\n";
+  }
+  for (double bytes : {8.0, 1024.0, 1048576.0, 16777216.0}) {
+    const double t = 2 * 10e-6 + bytes / 4e9;
+    comm += "{\"bench\":\"comm\",\"op\":\"all_reduce\",\"ranks\":2,\"bytes\":" +
+            std::to_string(int64_t(bytes)) + ",\"time_us\":" + std::to_string(t * 1e6) +
+            ",\"bmem_gbps\":20.0}\n";
+  }
+  double mem = 0;
+  const auto comm_rows = parse_comm_bench("# header\n" + comm, &mem);
+  const ClusterSpec c = calibrate_cluster(parse_gemm_bench(gemm, "f32"), comm_rows, mem, 2, 8e9);
+  EXPECT_NEAR(c.peak_flops, 100e9 * 1e10 / (1e10 + 1e7), 1e3);
+  EXPECT_NEAR(std::log10(c.eff.gemm_half_flops), 7.0, 0.03);
+  EXPECT_NEAR(c.intra.latency_s, 10e-6, 0.1e-6);
+  EXPECT_NEAR(c.intra.bandwidth_Bps, 4e9, 0.01e9);
+  EXPECT_DOUBLE_EQ(c.memory_Bps, 10e9);  // 20 GB/s shared by 2 ranks (no M = 1 rows given)
+  // An M = 1 row streaming its 4 N K weight bytes at 12 GB/s sets the bandwidth.
+  const std::string stream =
+      "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":1,\"n\":1000,\"k\":1000,\"gflops\":6.0}\n";
+  const ClusterSpec s2 =
+      calibrate_cluster(parse_gemm_bench(gemm + stream, "f32"), comm_rows, mem, 2, 8e9);
+  EXPECT_NEAR(s2.memory_Bps, 4e6 / (2e6 / 6e9), 1);
+  EXPECT_THROW(calibrate_cluster({}, comm_rows, mem, 2, 8e9), std::exception);
+}
+
+}  // namespace
+}  // namespace tensorpar::plan

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Closure of the planner on this machine: predicted vs measured tensorpar training step time
+and peak memory for every (tp, dp) on 1-2 ranks, and decode speed of the default SmolLM2 model
+at tp 1 and 2, after `tensorpar plan --calibrate`. Prints a Markdown table (docs/planner.md)
+and draws docs/img/planner_closure.png (predicted against measured; standard library only).
+
+Usage: python3 tests/plan/measure_closure.py --plan-bin build-plan/bin/tensorpar \
+           --run-bin build/bin/tensorpar [--rounds 3] [--png docs/img/planner_closure.png]
+Not a ctest: it measures wall time on a shared machine.
+"""
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import zlib
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKENIZER = os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.json")
+DATA = "/usr/share/games/fortunes/computers"
+GGUF = os.path.join(REPO, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = dict(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seq=128, batch=8, vocab=1503)
+PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
+
+
+def run(cmd):
+    """Runs cmd; returns (stdout, stderr); exits with its error output when it fails."""
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return p.stdout, p.stderr
+
+
+def run_rss(cmd):
+    """Runs cmd under /usr/bin/time -f %M; returns (stdout, peak RSS bytes)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as f:
+        p = subprocess.run(["/usr/bin/time", "-o", f.name, "-f", "%M"] + cmd, capture_output=True,
+                           text=True)
+        if p.returncode != 0:
+            sys.exit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
+        rss_kib = int(f.read().strip().splitlines()[-1])
+    return p.stdout, rss_kib * 1024
+
+
+def measure_train(a, tp, dp):
+    m = MODEL
+    cmd = [a.run_bin, "train", "--arch", "llama", "--layers", str(m["layers"]), "--hidden",
+           str(m["hidden"]), "--heads", str(m["heads"]), "--kv-heads", str(m["kv_heads"]), "--ffn",
+           str(m["ffn"]), "--seq", str(m["seq"]), "--vocab-from", TOKENIZER, "--data", DATA,
+           "--batch", str(m["batch"]), "--steps", str(a.steps), "--lr", "1e-3", "--tp", str(tp),
+           "--dp", str(dp), "--threads-per-rank", "1", "--json"]
+    out, rss = run_rss(cmd)
+    steps = [json.loads(l) for l in out.splitlines() if l.startswith("{") and '"step"' in l]
+    tok = [s["tokens_per_s"] for s in steps[2:]]  # after 2 warm-up steps
+    return m["batch"] * m["seq"] / statistics.median(tok), rss
+
+
+def predict_train(a, cluster, tp, dp):
+    m = MODEL
+    cmd = [a.plan_bin, "plan", "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
+           "--heads", str(m["heads"]), "--kv-heads", str(m["kv_heads"]), "--ffn", str(m["ffn"]),
+           "--vocab", str(m["vocab"]), "--tied", "--cluster", cluster, "--devices", str(tp * dp),
+           "--global-batch", str(m["batch"]), "--seq", str(m["seq"]), "--precision", "f32",
+           "--fix", f"tp={tp},pp=1,dp={dp},micro_batch={m['batch'] // dp},recompute=none",
+           "--json"]
+    plan = json.loads(run(cmd)[0])["plans"][0]
+    return plan["step_time_s"], plan["memory_gib_per_device"] * 2**30 * tp * dp
+
+
+def measure_decode(a, tp):
+    cmd = [a.run_bin, "generate", "--model", GGUF, "--tp", str(tp), "--threads-per-rank", "1",
+           "--max-tokens", str(a.tokens), "--prompt", PROMPT, "--json"]
+    out, _ = run(cmd)
+    j = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    return 1.0 / j["decode_tok_s"], j
+
+
+def predict_decode(a, cluster, tp, prompt_tokens):
+    cmd = [a.plan_bin, "plan", "--model", GGUF, "--mode", "serve", "--cluster", cluster,
+           "--devices", str(tp), "--fix", f"tp={tp},pp=1", "--concurrency", "1",
+           "--prompt-tokens", str(prompt_tokens), "--output-tokens", str(a.tokens), "--json"]
+    plan = json.loads(run(cmd)[0])["plans"][0]
+    return plan["itl_ms"] * 1e-3
+
+
+def png(path, points, w=480, h=480):
+    """Predicted (y) against measured (x), log-log: y = x and the +-15% band; one dot a point."""
+    import math
+    lo = min(min(p) for p in points) / 1.5
+    hi = max(max(p) for p in points) * 1.5
+    px = lambda v: int((math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (w - 41)) + 20
+    img = [[255] * (w * 3) for _ in range(h)]
+
+    def dot(x, y, rgb, r=0):
+        for dx in range(-r, r + 1):
+            for dy in range(-r, r + 1):
+                if 0 <= x + dx < w and 0 <= y + dy < h:
+                    img[h - 1 - (y + dy)][3 * (x + dx):3 * (x + dx) + 3] = rgb
+
+    for i in range(2000):
+        v = lo * (hi / lo) ** (i / 1999)
+        dot(px(v), px(v), [0, 0, 0])
+        dot(px(v), px(min(v * 1.15, hi)), [170, 170, 170])
+        dot(px(v), px(max(v / 1.15, lo)), [170, 170, 170])
+    for x in range(20, w - 20):
+        dot(x, 20, [0, 0, 0])
+    for y in range(20, h - 20):
+        dot(20, y, [0, 0, 0])
+    for measured, predicted in points:
+        dot(px(measured), px(predicted), [200, 30, 30], 4)
+    raw = b"".join(b"\x00" + bytes(row) for row in img)
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plan-bin", default=os.path.join(REPO, "build/bin/tensorpar"))
+    ap.add_argument("--run-bin", default=os.path.join(REPO, "build/bin/tensorpar"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--cluster", help="use this cluster file instead of calibrating")
+    ap.add_argument("--png")
+    a = ap.parse_args()
+    cluster = a.cluster
+    if not cluster:
+        cluster = os.path.join(tempfile.mkdtemp(), "this-machine.json")
+        print("calibrating (bench gemm, bench comm)", file=sys.stderr)
+        run([a.plan_bin, "plan", "--calibrate", cluster, "--devices", "2"])
+    print(f"cluster: {json.dumps(json.load(open(cluster)))}", file=sys.stderr)
+    if a.save:
+        json.dump(json.load(open(cluster)), open(a.save + ".cluster.json", "w"), indent=1)
+    print(f"load average before: {os.getloadavg()}", file=sys.stderr)
+    if a.load:
+        measured = json.load(open(a.load))
+    else:
+        measured = {"train": {}, "decode": {}}
+        for tp, dp in [(1, 1), (2, 1), (1, 2)]:
+            measured["train"][f"{tp},{dp}"] = [measure_train(a, tp, dp) for _ in range(a.rounds)]
+        for tp in (1, 2):
+            runs = [measure_decode(a, tp) for _ in range(a.rounds)]
+            measured["decode"][str(tp)] = [[x[0], int(x[1].get("prompt_tokens", 40))] for x in runs]
+        if a.save:
+            json.dump(measured, open(a.save, "w"), indent=1)
+    rows, points = [], []
+    for key, meas in measured["train"].items():
+        tp, dp = map(int, key.split(","))
+        step = statistics.median(x[0] for x in meas)
+        rss = statistics.median(x[1] for x in meas)
+        pred_step, pred_mem = predict_train(a, cluster, tp, dp)
+        rows.append((f"train step, tp {tp} dp {dp}", step, pred_step, "s",
+                     [round(x[0], 4) for x in meas]))
+        rows.append((f"train peak RSS (process), tp {tp} dp {dp}", rss / 2**20, pred_mem / 2**20,
+                     "MiB", [round(x[1] / 2**20) for x in meas]))
+        points.append((step, pred_step))
+    for key, meas in measured["decode"].items():
+        tp = int(key)
+        itl = statistics.median(x[0] for x in meas)
+        pred = predict_decode(a, cluster, tp, meas[0][1])
+        rows.append((f"decode ITL, SmolLM2 Q4_1, tp {tp}", itl * 1e3, pred * 1e3, "ms",
+                     [round(x[0] * 1e3, 2) for x in meas]))
+        points.append((itl, pred))
+    print(f"load average after: {os.getloadavg()}", file=sys.stderr)
+    print("| quantity | measured | predicted | error | runs |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, meas, pred, unit, runs in rows:
+        print(f"| {name} | {meas:.4g} {unit} | {pred:.4g} {unit} | {100 * (pred - meas) / meas:+.1f}% | {runs} |")
+    if a.png:
+        png(a.png, points)
+
+
+if __name__ == "__main__":
+    main()

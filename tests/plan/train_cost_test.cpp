@@ -1,0 +1,156 @@
+// The training cost model against the closed forms of Korthikanti et al. 2022 (activations) and
+// Narayanan et al. 2021 (bubble, TP traffic, model state), plus ordering properties.
+#include "plan/train_cost.h"
+
+#include <gtest/gtest.h>
+
+#include "plan/comm_cost.h"
+
+namespace tensorpar::plan {
+namespace {
+
+// A GPT whose sizes divide by every tp used below.
+ModelSpec gpt() {
+  return megatron_gpt(16, 1024, 16, 51200, 1024);
+}
+
+// Ideal links (no latency, full bandwidth) make communication times pure byte counts.
+ClusterSpec ideal(int devices) {
+  ClusterSpec c = cluster_preset("dgx-a100-80g");
+  c.devices_per_node = devices;
+  c.intra.latency_s = c.inter.latency_s = 0;
+  c.eff.link = 1;
+  return c;
+}
+
+TEST(TrainCost, ActivationsMatchKorthikanti) {
+  const ModelSpec m = gpt();
+  const double s = 1024, b = 2, h = 1024, a = 16;
+  for (int t : {1, 2, 4, 8}) {
+    const double sbh = s * b * h;
+    const bool fused = false;
+    EXPECT_NEAR(layer_activation_bytes(m, b, s, t, false, Recompute::kNone, fused),
+                sbh * (10 + 24.0 / t + 5 * a * s / (h * t)), 1)
+        << "tp " << t;
+    if (t > 1) {
+      EXPECT_NEAR(layer_activation_bytes(m, b, s, t, true, Recompute::kNone, fused),
+                  sbh / t * (34 + 5 * a * s / h), 1)
+          << "tp+sp " << t;
+    }
+    EXPECT_NEAR(layer_activation_bytes(m, b, s, t, true, Recompute::kSelective, fused),
+                34 * sbh / t, 1)
+        << "tp+sp+selective " << t;
+    EXPECT_NEAR(layer_activation_bytes(m, b, s, t, false, Recompute::kSelective, fused),
+                sbh * (10 + 24.0 / t), 1)
+        << "tp+selective " << t;
+    EXPECT_NEAR(layer_activation_bytes(m, b, s, t, false, Recompute::kFull, fused), 2 * sbh, 1);
+  }
+}
+
+TEST(TrainCost, ModelStateBytesPerParameter) {
+  const ModelSpec m = gpt();
+  const ClusterSpec c = ideal(8);
+  const TrainWorkload w{64, 1024};
+  const TrainEstimate plain =
+      estimate_train(m, c, w, {1, 1, 8, 1, false, 1, 1, Recompute::kFull, 0});
+  const double P = double(total_parameters(m));  // tied embeddings, one stage holds all
+  // Mixed-precision Adam: 2 (weights) + 4 (fp32 grads) + 12 (master + moments) = 18 bytes.
+  EXPECT_NEAR(plain.memory.weights + plain.memory.grads + plain.memory.optimizer, 18 * P, 1);
+  // Distributed optimizer: 6 + 12 / d.
+  const TrainEstimate zero =
+      estimate_train(m, c, w, {1, 1, 8, 1, false, 1, 1, Recompute::kFull, 1});
+  EXPECT_NEAR(zero.memory.weights + zero.memory.grads + zero.memory.optimizer, (6 + 12.0 / 8) * P,
+              1);
+}
+
+TEST(TrainCost, BubbleIsPMinusOneOverMV) {
+  const ModelSpec m = gpt();
+  const ClusterSpec c = ideal(8);
+  for (int v : {1, 2, 4}) {
+    const TrainWorkload w{32, 1024};
+    const TrainEstimate e = estimate_train(m, c, w, {1, 4, 2, 1, false, 1, v, Recompute::kNone, 0});
+    const double busy = e.time.gemm + e.time.attention + e.time.elementwise + e.time.tp_comm;
+    const double m_micro = 32.0 / 2;
+    EXPECT_NEAR(e.time.bubble / busy, 3.0 / (m_micro * v), 1e-9) << "v " << v;
+  }
+}
+
+TEST(TrainCost, TpTrafficIsEightBshTimesTMinusOneOverT) {
+  const ModelSpec m = gpt();
+  const ClusterSpec c = ideal(8);
+  const double b = 1, s = 1024, h = 1024;
+  for (int t : {2, 4, 8}) {
+    const TrainWorkload w{8, 1024};
+    const TrainEstimate e =
+        estimate_train(m, c, w, {t, 1, 8 / t, 1, false, 1, 1, Recompute::kNone, 0});
+    const double per_layer_elements = 8 * b * s * h * (t - 1.0) / t;  // per micro-batch
+    const double expected_s =
+        double(e.micro_batches) * m.layers * per_layer_elements * 2 / c.intra.bandwidth_Bps;
+    EXPECT_NEAR(e.time.tp_comm / expected_s, 1.0, 1e-9) << "tp " << t;
+  }
+}
+
+TEST(TrainCost, OrderingProperties) {
+  const ModelSpec m = gpt();
+  const ClusterSpec c = cluster_preset("dgx-a100-80g");
+  const TrainWorkload w{64, 1024};
+  const auto at = [&](int tp, Recompute r, bool sp) {
+    return estimate_train(m, c, w, {tp, 1, 8 / tp, 1, sp, 1, 1, r, 0});
+  };
+  // More recomputation: less activation memory, more time.
+  const auto none = at(2, Recompute::kNone, false), sel = at(2, Recompute::kSelective, false),
+             full = at(2, Recompute::kFull, false);
+  EXPECT_GT(none.memory.activations, sel.memory.activations);
+  EXPECT_GT(sel.memory.activations, full.memory.activations);
+  EXPECT_LT(none.step_time_s, sel.step_time_s);
+  EXPECT_LT(sel.step_time_s, full.step_time_s);
+  // Larger tp: less model state per device.
+  EXPECT_GT(at(1, Recompute::kNone, false).memory.weights,
+            at(2, Recompute::kNone, false).memory.weights);
+  EXPECT_GT(at(2, Recompute::kNone, false).memory.weights,
+            at(8, Recompute::kNone, false).memory.weights);
+  // SP shards the replicated activations.
+  EXPECT_GT(at(4, Recompute::kNone, false).memory.activations,
+            at(4, Recompute::kNone, true).memory.activations);
+  // Hardware FLOPs with full recomputation: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
+  const double B = 64, S = 1024, l = 16, h = 1024, V = 51200;
+  const double hw = 96 * B * S * l * h * h * (1 + S / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(full.hardware_flops_per_device * full.step_time_s * c.world() / hw, 1.0, 1e-9);
+}
+
+TEST(TrainCost, InvalidPlansNameTheProblem) {
+  const ModelSpec m = gpt();
+  const ClusterSpec c = ideal(8);
+  const TrainWorkload w{64, 1024};
+  EXPECT_NE(
+      train_plan_problem(m, c, w, {3, 1, 2, 1, false, 1, 1, Recompute::kNone, 0}).find("devices"),
+      std::string::npos);
+  EXPECT_NE(train_plan_problem(m, c, {63, 1024}, {1, 1, 8, 1, false, 1, 1, Recompute::kNone, 0})
+                .find("global batch"),
+            std::string::npos);
+  EXPECT_NE(train_plan_problem(m, c, w, {1, 1, 8, 1, true, 1, 1, Recompute::kNone, 0}).find("sp"),
+            std::string::npos);
+  EXPECT_NE(train_plan_problem(m, c, w, {1, 1, 8, 2, false, 1, 1, Recompute::kNone, 0}).find("MoE"),
+            std::string::npos);
+  EXPECT_NE(
+      train_plan_problem(m, c, w, {1, 8, 1, 1, false, 1, 3, Recompute::kNone, 0}).find("divisible"),
+      std::string::npos);
+  EXPECT_THROW(estimate_train(m, c, w, {3, 1, 2, 1, false, 1, 1, Recompute::kNone, 0}),
+               std::exception);
+}
+
+TEST(TrainCost, KvHeadsReplicatedBeyondTheirCount) {
+  ModelSpec m = gpt();
+  m.kv_heads = 2;  // GQA: 16 query heads, 2 KV heads
+  // tp 8 > 2 KV heads: each rank still holds one whole KV head (head_dim wide K and V).
+  const double s = 512, b = 1, hd = 64, h = 1024;
+  const double act8 = layer_activation_bytes(m, b, s, 8, true, Recompute::kSelective, true);
+  const double q = 2 * hd, kv = hd, f = 4 * h / 8;  // local widths: 2 query heads, 1 KV head
+  // Norm/QKV/MLP inputs (2 bytes) and 2 dropout masks (1 byte), sharded by SP; Q, K, V and the
+  // projection input; GELU's input and output.
+  const double expected = s * b * ((4 * 2 + 2) * h / 8 + 2 * (q + kv) + 2 * kv + 2 * q + 2 * 2 * f);
+  EXPECT_NEAR(act8, expected, 1);
+}
+
+}  // namespace
+}  // namespace tensorpar::plan

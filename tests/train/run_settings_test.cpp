@@ -1,0 +1,117 @@
+// Run settings recorded in a checkpoint: every setting round-trips through JSON; on resume a
+// setting comes from the checkpoint unless its flag was given, and exactly the given flags whose
+// value differs are reported. Also where a resumed run saves (checkpoint_root).
+#include "train/run_settings.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace tensorpar::testing {
+namespace {
+
+RunSettings a_run() {
+  RunSettings s;
+  s.data = "/data/fortunes";
+  s.val_fraction = 0.1;
+  s.max_data_tokens = 5000;
+  s.train.batch = 16;
+  s.train.micro_batch = 8;
+  s.train.seq = 64;
+  s.train.steps = 400;
+  s.train.lr = 2e-3f;
+  s.train.min_lr = 2e-4f;
+  s.train.warmup = 30;
+  s.train.clip = 0.5;
+  s.train.seed = 99;
+  s.train.eval_every = 25;
+  s.train.eval_batches = 3;
+  s.train.save_every = 100;
+  s.train.adam.weight_decay = 0.01f;
+  s.train.compute.matmul_dtype = DType::kBF16;
+  s.train.compute.recompute_layers = 2;
+  return s;
+}
+
+TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
+  const nlohmann::json saved = run_settings_json(a_run());
+  EXPECT_EQ(saved.size(), 18u);  // a new setting must be added to the list below too
+  RunSettings resumed;           // all defaults, as a bare `--resume DIR` parses
+  EXPECT_EQ(apply_saved_settings(saved, {}, resumed), "");
+  EXPECT_EQ(resumed.data, "/data/fortunes");
+  EXPECT_EQ(resumed.val_fraction, 0.1);
+  EXPECT_EQ(resumed.max_data_tokens, 5000);
+  EXPECT_EQ(resumed.train.batch, 16);
+  EXPECT_EQ(resumed.train.micro_batch, 8);
+  EXPECT_EQ(resumed.train.seq, 64);
+  EXPECT_EQ(resumed.train.steps, 400);
+  EXPECT_EQ(resumed.train.lr, 2e-3f);
+  EXPECT_EQ(resumed.train.min_lr, 2e-4f);
+  EXPECT_EQ(resumed.train.warmup, 30);
+  EXPECT_EQ(resumed.train.clip, 0.5);
+  EXPECT_EQ(resumed.train.seed, 99u);
+  EXPECT_EQ(resumed.train.eval_every, 25);
+  EXPECT_EQ(resumed.train.eval_batches, 3);
+  EXPECT_EQ(resumed.train.save_every, 100);
+  EXPECT_EQ(resumed.train.adam.weight_decay, 0.01f);
+  EXPECT_EQ(resumed.train.compute.matmul_dtype, DType::kBF16);
+  EXPECT_EQ(resumed.train.compute.recompute_layers, 2);
+}
+
+TEST(RunSettings, GivenFlagsWinAndOnlyRealChangesAreReported) {
+  const nlohmann::json saved = run_settings_json(a_run());
+  RunSettings resumed;
+  resumed.train.steps = 500;                         // --steps 500: a change
+  resumed.train.batch = 16;                          // --batch 16: the same value, not reported
+  resumed.train.compute.matmul_dtype = DType::kF32;  // --no-bf16: a change
+  const std::string note = apply_saved_settings(saved, {"steps", "batch", "bf16"}, resumed);
+  EXPECT_EQ(note, "--steps 400 -> 500, --bf16 true -> false");
+  EXPECT_EQ(resumed.train.steps, 500);
+  EXPECT_EQ(resumed.train.compute.matmul_dtype, DType::kF32);
+  EXPECT_EQ(resumed.train.micro_batch, 8);  // not given: the checkpoint's
+}
+
+TEST(RunSettings, ACheckpointWithoutASettingLeavesItAlone) {
+  nlohmann::json saved = run_settings_json(a_run());
+  saved.erase("recompute-layers");
+  RunSettings resumed;
+  resumed.train.compute.recompute_layers = 7;
+  apply_saved_settings(saved, {}, resumed);
+  EXPECT_EQ(resumed.train.compute.recompute_layers, 7);
+  EXPECT_EQ(resumed.train.batch, 16);
+}
+
+TEST(RunSettings, AWronglyTypedSettingIsAnError) {
+  nlohmann::json saved = run_settings_json(a_run());
+  saved["batch"] = "sixteen";
+  RunSettings resumed;
+  try {
+    apply_saved_settings(saved, {}, resumed);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'batch'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointRoot, RootOrParentOfAStepDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("tp_ckroot_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "step-4");
+  std::ofstream(root / "step-4" / "index.json") << "{}";
+  EXPECT_EQ(checkpoint_root(root.string()), root.string());  // no latest yet: a root to be
+  std::ofstream(root / "latest") << "step-4\n";
+  EXPECT_EQ(checkpoint_root(root.string()), root.string());
+  EXPECT_EQ(fs::path(checkpoint_root((root / "step-4").string())), root);
+  EXPECT_EQ(fs::path(checkpoint_root((root / "step-4").string() + "/")), root);
+  EXPECT_EQ(latest_checkpoint_step((root / "none").string()), -1);
+  fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tensorpar::testing
