@@ -694,6 +694,14 @@ def _running(server):
     return server.metrics().get("tensorpar:num_requests_running", -1)
 
 
+def _health(server):
+    """/health's status, or None when the connection is refused (the server is gone)."""
+    try:
+        return http_request(server.url, "GET", "/health", timeout=30)[0]
+    except OSError:
+        return None
+
+
 def _wait_for(pred, timeout, step=0.25):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -722,9 +730,9 @@ def test_client_disconnect_aborts_request(server, model):
     gen_before = m0.get("tensorpar:generation_tokens_total")
     aborted_before = m0.get("tensorpar:request_aborted_total", 0)
     sock.close()  # the client goes away mid-stream
-    assert _wait_for(lambda: _running(server) == 0, 30), \
+    assert _wait_for(lambda: _running(server) == 0, 60), \
         f"num_requests_running still {_running(server)} 30 s after the client disconnected"
-    assert _wait_for(lambda: server.metrics().get("tensorpar:request_aborted_total", 0) > aborted_before, 10), \
+    assert _wait_for(lambda: server.metrics().get("tensorpar:request_aborted_total", 0) > aborted_before, 60), \
         "tensorpar:request_aborted_total did not move"
     if gen_before is not None:  # and it stopped generating
         g1 = server.metrics()["tensorpar:generation_tokens_total"]
@@ -807,8 +815,9 @@ def test_sigterm_finishes_running_request_then_exits_0():
         assert first.wait(REQUEST_TIMEOUT), "no first token"
         assert "error" not in result, result
         s.proc.send_signal(signal.SIGTERM)
-        # While it drains: new requests are refused (503 or connection refused), never served.
-        time.sleep(0.3)
+        # Once it drains (/health no longer 200: the signal has been handled, however late on a
+        # loaded machine): new requests are refused (503 or connection refused), never served.
+        assert _wait_for(lambda: _health(s) != 200, 60), "/health still 200 a minute after SIGTERM"
         try:
             status, _, _ = http_request(s.url, "POST", "/v1/chat/completions",
                                         {"model": m, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
@@ -838,11 +847,11 @@ def test_health_503_while_draining():
         t.start()
         assert _wait_for(lambda: s.metrics().get("tensorpar:num_requests_running", 0) >= 1, 60)
         s.proc.send_signal(signal.SIGTERM)
-        try:
-            status, _, _ = http_request(s.url, "GET", "/health", timeout=10)
-            assert status == 503, f"/health after SIGTERM: {status}"
-        except OSError:
-            pass
+        # The handler runs when the machine lets it: wait for /health to leave 200, then it says
+        # 503 (or the socket is closed), never anything else, and the running request completes.
+        seen = []
+        assert _wait_for(lambda: seen.append(_health(s)) or seen[-1] != 200, 60), "/health still 200 after SIGTERM"
+        assert seen[-1] in (503, None), f"/health while draining: {seen[-1]}"
         t.join(REQUEST_TIMEOUT)
         assert done["r"][0] == 200
         assert s.proc.wait(timeout=120) == 0
