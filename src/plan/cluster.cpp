@@ -40,19 +40,19 @@ ClusterSpec dgx(const std::string& name, double mem_gib, double tflops, double h
   return c;
 }
 
-// This machine, measured with `tensorpar plan --calibrate` (docs/planner.md has the command and
-// the date): 2 cores, f32 GEMM through oneDNN, the threads backend's shared-memory collectives.
+// This machine, measured with `tensorpar plan --calibrate FILE --devices 2` (docs/planner.md,
+// "Closure"): 2 cores, f32 GEMM through oneDNN, the threads backend's shared-memory collectives.
 ClusterSpec this_machine() {
   ClusterSpec c;
   c.name = "this-machine";
   c.devices_per_node = 2;  // ranks (one core each)
   c.memory_bytes = 8.0 * kGiB;
   c.reserved_bytes = 0.25 * kGiB;
-  c.peak_flops = 90e9;
-  c.memory_Bps = 10e9;
-  c.intra = {5e9, 20e-6, 1};
-  c.inter = {1e9, 50e-6, 1};
-  c.eff = {1.0, 2e7, 1.0, 1.0, false, true};
+  c.peak_flops = 128.1e9;          // fastest f32 GEMM, 1 thread
+  c.memory_Bps = 7.32e9;           // fastest M = 1 weight stream
+  c.intra = {4.28e9, 0.52e-6, 1};  // threads-backend all-reduce, 2 ranks
+  c.inter = c.intra;
+  c.eff = {1.0, 0.2e9, 1.0, 1.0, false, true};
   return c;
 }
 

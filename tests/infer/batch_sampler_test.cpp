@@ -88,7 +88,7 @@ BatchRun run_batch(const std::vector<std::vector<float>>& logits, int64_t V,
   launch_ranks({.backend = Backend::kThreads,
                 .n_ranks = n,
                 .threads_per_rank = 1,
-                .comm = {.timeout_s = 60}},
+                .comm = CommOptions::from_env()},
                [&](Communicator& world) {
                  CountingCommunicator tp(world);
                  const Range vr = vocab_range(V, tp.size(), tp.rank());
@@ -262,7 +262,7 @@ TEST(BatchSampler, EqualsTheSingleRowSamplerWithTheSameDraws) {
     launch_ranks({.backend = Backend::kThreads,
                   .n_ranks = n,
                   .threads_per_rank = 1,
-                  .comm = {.timeout_s = 60}},
+                  .comm = CommOptions::from_env()},
                  [&](Communicator& tp) {
                    const Range vr = vocab_range(V, tp.size(), tp.rank());
                    Tensor local = Tensor::empty({R, vr.size()}, DType::kF32);

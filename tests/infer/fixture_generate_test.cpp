@@ -36,7 +36,7 @@ TEST_P(FixtureGenerate, GreedyAndLogitsMatchTransformersAtEveryTpSize) {
   const Tokenizer tok = byte_tokenizer();
   for (int n : {1, 2, 3}) {
     std::mutex mu;
-    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = {.timeout_s = 60}},
+    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                  [&](Communicator& tp) {
                    auto model = load_model(dir, tp);
                    const int64_t V = model->config().vocab_size;
@@ -73,7 +73,7 @@ TEST(FixtureGenerateBf16, LogitsWithinBf16Tolerance) {
   double ref_scale = 0;
   for (float x : ref) ref_scale = std::max(ref_scale, double(std::fabs(x)));
   for (int n : {1, 2, 3}) {
-    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = {.timeout_s = 60}},
+    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                  [&](Communicator& tp) {
                    LoadOptions lo;
                    lo.float_weights = DType::kBF16;

@@ -22,7 +22,7 @@ void check_matches_naive(const SamplingParams& p, int n, int64_t V, int draws, u
   rows[0][size_t(V / 2)] = 10;
   if (V > 3) rows[0][3] = 10;
   std::vector<std::vector<int32_t>> got(static_cast<size_t>(n));
-  launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = {.timeout_s = 30}},
+  launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                [&](Communicator& tp) {
                  Sampler s(p);
                  const Range vr = vocab_range(V, tp.size(), tp.rank());
@@ -86,7 +86,7 @@ TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
   std::vector<int> counts(static_cast<size_t>(V), 0);
   std::mutex mu;
   const int draws = 4000;
-  launch_ranks({.backend = Backend::kThreads, .n_ranks = 3, .threads_per_rank = 1, .comm = {.timeout_s = 30}},
+  launch_ranks({.backend = Backend::kThreads, .n_ranks = 3, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                [&](Communicator& tp) {
                  Sampler s({.temperature = T, .seed = testing::test_seed()});
                  const Range vr = vocab_range(V, tp.size(), tp.rank());

@@ -67,7 +67,7 @@ TEST(StepPlan, BroadcastReachesEveryRank) {
   cfg.backend = Backend::kThreads;
   cfg.n_ranks = 3;
   cfg.threads_per_rank = 1;
-  cfg.comm.timeout_s = 60;
+  cfg.comm = CommOptions::from_env();  // TENSORPAR_COMM_TIMEOUT (scripts/test.sh: 60 s)
   launch_ranks(cfg, [&](Communicator& world) {
     const StepPlan got = broadcast_plan(world.rank() == 0 ? sample_plan() : StepPlan{}, world);
     expect_equal(got, sample_plan());

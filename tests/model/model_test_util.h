@@ -63,7 +63,7 @@ inline void run_model_ranks(int n, const std::function<void(Communicator&)>& fn)
   cfg.backend = Backend::kThreads;
   cfg.n_ranks = n;
   cfg.threads_per_rank = 1;
-  cfg.comm.timeout_s = 60;
+  cfg.comm = CommOptions::from_env();  // TENSORPAR_COMM_TIMEOUT (scripts/test.sh: 60 s)
   launch_ranks(cfg, fn);
 }
 

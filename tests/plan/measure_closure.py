@@ -127,6 +127,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--cluster", help="use this cluster file instead of calibrating")
     ap.add_argument("--png")
+    ap.add_argument("--save", help="write the measurements (and the cluster) to this JSON file")
+    ap.add_argument("--load", help="predict only, against measurements saved with --save")
     a = ap.parse_args()
     cluster = a.cluster
     if not cluster:
