@@ -22,15 +22,6 @@ void check_f32(const Tensor& t, const char* where, const char* name, const Commu
            c.rank(), ")");
 }
 
-// Leading dims (all but the last) must match; returns their product.
-int64_t rows_last_dim(const Tensor& a, const Tensor& b, const char* where, const Communicator& c) {
-  bool same = a.ndim() == b.ndim();
-  for (int d = 0; same && d + 1 < a.ndim(); ++d) same = a.dim(d) == b.dim(d);
-  TP_CHECK(same, "[", where, "] leading dims differ: got ", a.describe(), " and ", b.describe(),
-           " (", c.name(), " rank ", c.rank(), ")");
-  return a.dim(-1) == 0 ? 0 : a.numel() / a.dim(-1);
-}
-
 // Trailing dims (all but the first) must match; returns their product (elements per row).
 int64_t row_elems(const Tensor& a, const Tensor& b, const char* where, const Communicator& c) {
   bool same = a.ndim() == b.ndim();
@@ -40,78 +31,6 @@ int64_t row_elems(const Tensor& a, const Tensor& b, const char* where, const Com
   int64_t n = 1;
   for (int d = 1; d < a.ndim(); ++d) n *= a.dim(d);
   return n;
-}
-
-void check_ranges(std::span<const Range> ranges, int64_t n, const char* where,
-                  const Communicator& c) {
-  TP_CHECK(int64_t(ranges.size()) == c.size(), "[", where, "] ranges: got ", ranges.size(),
-           ", expected one per rank (", c.size(), ")");
-  int64_t at = 0;
-  for (const Range& r : ranges) {
-    TP_CHECK(r.begin == at && r.end >= r.begin, "[", where, "] ranges must tile [0, ", n,
-             ") in rank order: got ", range_str(r), " at ", at);
-    at = r.end;
-  }
-  TP_CHECK(at == n, "[", where, "] ranges cover [0, ", at, "), expected [0, ", n, ")");
-}
-
-void copy_columns(Tensor& out, const Tensor& in, int64_t rows, int64_t col0) {
-  // out (rows, n_out) = in (rows, n_in)[:, col0 : col0 + n_out]
-  const int64_t n_out = out.dim(-1), n_in = in.dim(-1);
-  float* o = out.data<float>();
-  const float* i = in.data<float>();
-  for (int64_t r = 0; r < rows; ++r)
-    copy_floats(o + r * n_out, i + r * n_in + col0, n_out);
-}
-
-void gather_last_dim(Tensor& out, const Tensor& in, Communicator& tp, std::span<const Range> ranges,
-                     const char* where) {
-  check_f32(out, where, "out", tp);
-  check_f32(in, where, "in", tp);
-  const int64_t rows = rows_last_dim(out, in, where, tp);
-  check_ranges(ranges, out.dim(-1), where, tp);
-  const Range mine = ranges[size_t(tp.rank())];
-  TP_CHECK(in.dim(-1) == mine.size(), "[", where, "] in: got ", in.describe(), ", expected last dim ",
-           mine.size(), " (columns ", range_str(mine), " of ", out.dim(-1), ", ", tp.name(),
-           " rank ", tp.rank(), ")");
-  if (tp.size() == 1) {
-    if (out.raw() != in.raw()) out.copy_from(in);
-    return;
-  }
-  int64_t max_local = 0;
-  for (const Range& r : ranges) max_local = std::max(max_local, r.size());
-  // Pad this rank's (rows, n_local) block to (rows, max_local), gather every rank's block.
-  Tensor send = Tensor::zeros({rows, max_local}, DType::kF32);
-  if (in.numel() > 0) {
-    float* s = send.data<float>();
-    const float* i = in.data<float>();
-    for (int64_t r = 0; r < rows; ++r)
-      copy_floats(s + r * max_local, i + r * mine.size(), mine.size());
-  }
-  Tensor all = Tensor::empty({tp.size(), rows, max_local}, DType::kF32);
-  tp.all_gather(send.raw(), all.raw(), rows * max_local, DType::kF32);
-  float* o = out.data<float>();
-  const float* a = all.data<float>();
-  const int64_t n = out.dim(-1);
-  for (int k = 0; k < tp.size(); ++k) {
-    const Range rk = ranges[size_t(k)];
-    for (int64_t r = 0; r < rows; ++r)
-      copy_floats(o + r * n + rk.begin, a + (k * rows + r) * max_local, rk.size());
-  }
-}
-
-void split_last_dim(Tensor& out, const Tensor& in, Communicator& tp, std::span<const Range> ranges,
-                    const char* where) {
-  check_f32(out, where, "out", tp);
-  check_f32(in, where, "in", tp);
-  const int64_t rows = rows_last_dim(out, in, where, tp);
-  check_ranges(ranges, in.dim(-1), where, tp);
-  const Range mine = ranges[size_t(tp.rank())];
-  TP_CHECK(out.dim(-1) == mine.size(), "[", where, "] out: got ", out.describe(),
-           ", expected last dim ", mine.size(), " (columns ", range_str(mine), " of ", in.dim(-1),
-           ", ", tp.name(), " rank ", tp.rank(), ")");
-  if (tp.size() == 1 && out.raw() == in.raw()) return;
-  copy_columns(out, in, rows, mine.begin);
 }
 
 }  // namespace
@@ -127,38 +46,6 @@ void reduce_from_tp_region_forward(Tensor& x, Communicator& tp) {
   check_f32(x, "reduce_from_tp_region_forward", "x", tp);
   tp.all_reduce(x, ReduceOp::kSum);
 }
-
-void scatter_to_tp_region_forward(Tensor& out, const Tensor& in, Communicator& tp) {
-  const auto ranges = partition_even_all(in.ndim() >= 1 ? in.dim(-1) : 0, tp.size());
-  split_last_dim(out, in, tp, ranges, "scatter_to_tp_region_forward");
-}
-
-void scatter_to_tp_region_backward(Tensor& d_in, const Tensor& d_out, Communicator& tp) {
-  const auto ranges = partition_even_all(d_in.ndim() >= 1 ? d_in.dim(-1) : 0, tp.size());
-  gather_last_dim(d_in, d_out, tp, ranges, "scatter_to_tp_region_backward");
-}
-
-void gather_from_tp_region_forward(Tensor& out, const Tensor& in, Communicator& tp) {
-  const auto ranges = partition_even_all(out.ndim() >= 1 ? out.dim(-1) : 0, tp.size());
-  gather_last_dim(out, in, tp, ranges, "gather_from_tp_region_forward");
-}
-
-void gather_from_tp_region_forward(Tensor& out, const Tensor& in, Communicator& tp,
-                                   std::span<const Range> ranges) {
-  gather_last_dim(out, in, tp, ranges, "gather_from_tp_region_forward");
-}
-
-void gather_from_tp_region_backward(Tensor& d_in, const Tensor& d_out, Communicator& tp) {
-  const auto ranges = partition_even_all(d_out.ndim() >= 1 ? d_out.dim(-1) : 0, tp.size());
-  split_last_dim(d_in, d_out, tp, ranges, "gather_from_tp_region_backward");
-}
-
-void gather_from_tp_region_backward(Tensor& d_in, const Tensor& d_out, Communicator& tp,
-                                    std::span<const Range> ranges) {
-  split_last_dim(d_in, d_out, tp, ranges, "gather_from_tp_region_backward");
-}
-
-// ---- sequence parallel (rows) ----
 
 namespace {
 

@@ -67,67 +67,6 @@ TEST(Mappings, CopyAndReduceRegions) {
   }
 }
 
-TEST(Mappings, ScatterAndGatherLastDim) {
-  TP_SEED_TRACE();
-  const int64_t rows = 5, n = 7;  // 7 columns: uneven at tp 2, 3, 4
-  Rng rng(11);
-  const auto full = rng.uniform_vec(size_t(rows * n));
-  for (int tp = 1; tp <= 4; ++tp) {
-    std::vector<std::vector<float>> scattered(static_cast<size_t>(tp)), gathered(static_cast<size_t>(tp)),
-        scatter_back(static_cast<size_t>(tp)), gather_back(static_cast<size_t>(tp));
-    run_ranks(tp, [&](Communicator& c) {
-      const size_t r = size_t(c.rank());
-      const Range mine = partition_even(n, c.size(), c.rank());
-      // Leading dims (5) flattened as (1, 5): a 3-D tensor exercises the "..." dims.
-      Tensor in = tensor_of({1, rows, n}, full);
-      Tensor local = nan_tensor({1, rows, mine.size()});
-      scatter_to_tp_region_forward(local, in, c);
-      scattered[r] = local.to_vector();
-      Tensor back = nan_tensor({1, rows, n});
-      scatter_to_tp_region_backward(back, local, c);  // gathers
-      scatter_back[r] = back.to_vector();
-      Tensor out = nan_tensor({1, rows, n});
-      gather_from_tp_region_forward(out, local, c);
-      gathered[r] = out.to_vector();
-      Tensor d_local = nan_tensor({1, rows, mine.size()});
-      gather_from_tp_region_backward(d_local, out, c);  // splits
-      gather_back[r] = d_local.to_vector();
-    });
-    for (int r = 0; r < tp; ++r) {
-      SCOPED_TRACE(::testing::Message() << "tp " << tp << " rank " << r);
-      const auto mine = columns(full, rows, n, partition_even(n, tp, r));
-      EXPECT_EQ(scattered[size_t(r)], mine);
-      EXPECT_EQ(gather_back[size_t(r)], mine);
-      EXPECT_EQ(gathered[size_t(r)], full);
-      EXPECT_EQ(scatter_back[size_t(r)], full);
-    }
-  }
-}
-
-TEST(Mappings, GatherWithExplicitRanges) {
-  TP_SEED_TRACE();
-  const int64_t rows = 3, n = 9;
-  // Whole "heads" of 3 columns, one rank empty: [0,6) [6,6) [6,9).
-  const std::vector<Range> ranges = {{0, 6}, {6, 6}, {6, 9}};
-  Rng rng(12);
-  const auto full = rng.uniform_vec(size_t(rows * n));
-  std::vector<std::vector<float>> gathered(3), split(3);
-  run_ranks(3, [&](Communicator& c) {
-    const size_t r = size_t(c.rank());
-    Tensor local = tensor_of({rows, ranges[r].size()}, columns(full, rows, n, ranges[r]));
-    Tensor out = nan_tensor({rows, n});
-    gather_from_tp_region_forward(out, local, c, ranges);
-    gathered[r] = out.to_vector();
-    Tensor back = nan_tensor({rows, ranges[r].size()});
-    gather_from_tp_region_backward(back, out, c, ranges);
-    split[r] = back.to_vector();
-  });
-  for (size_t r = 0; r < 3; ++r) {
-    EXPECT_EQ(gathered[r], full);
-    EXPECT_EQ(split[r], columns(full, rows, n, ranges[r]));
-  }
-}
-
 TEST(Mappings, SequenceParallel) {
   TP_SEED_TRACE();
   const int64_t per_row = 2 * 3;  // tensors (N, 2, 3)
@@ -190,19 +129,17 @@ TEST(Mappings, BadShapesThrow) {
         ++thrown;
       }
     };
-    Tensor in = Tensor::zeros({3, 7}, DType::kF32);
-    Tensor wrong = Tensor::zeros({3, 3}, DType::kF32);  // rank 0 needs 4 columns, rank 1 has 3
-    Tensor other_rows = Tensor::zeros({2, 4}, DType::kF32);
-    Tensor bf = Tensor::zeros({3, 7}, DType::kBF16);
+    Tensor in = Tensor::zeros({7, 3}, DType::kF32);
+    Tensor wrong = Tensor::zeros({3, 3}, DType::kF32);       // rank 0 holds 4 of the 7 rows
+    Tensor other_cols = Tensor::zeros({4, 2}, DType::kF32);  // trailing dims differ
+    Tensor bf = Tensor::zeros({7, 3}, DType::kBF16);
     if (c.rank() == 0) {
-      count([&] { scatter_to_tp_region_forward(wrong, in, c); });
-      count([&] { scatter_to_tp_region_forward(other_rows, in, c); });
+      count([&] { scatter_to_sequence_parallel_region_forward(wrong, in, c); });
+      count([&] { scatter_to_sequence_parallel_region_forward(other_cols, in, c); });
     }
     count([&] { reduce_from_tp_region_forward(bf, c); });  // both ranks throw: nobody waits
-    const std::vector<Range> gap = {{0, 3}, {4, 7}};
-    count([&] { gather_from_tp_region_forward(in, wrong, c, gap); });
   });
-  EXPECT_EQ(thrown, 2 + 2 + 2);
+  EXPECT_EQ(thrown, 2 + 2);
 }
 
 }  // namespace
