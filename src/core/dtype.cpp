@@ -7,9 +7,10 @@ namespace tensorpar {
 
 namespace {
 
-constexpr DType kAll[] = {DType::kF32,  DType::kBF16, DType::kF16,  DType::kI32,    DType::kI64,  DType::kU8,
-                          DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,   DType::kQ5_1, DType::kIQ4_NL,
-                          DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K};
+constexpr DType kAll[] = {DType::kF32,  DType::kBF16,   DType::kF16,  DType::kI32,  DType::kI64,
+                          DType::kU8,   DType::kQ8_0,   DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                          DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                          DType::kQ5_K, DType::kQ6_K};
 
 }  // namespace
 
@@ -20,46 +21,80 @@ int64_t dtype_block_elems(DType t) {
 
 int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::kF32: return 4;
-    case DType::kBF16: return 2;
-    case DType::kF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: return 18;
-    case DType::kQ4_1: return 20;
-    case DType::kQ5_0: return 22;
-    case DType::kQ5_1: return 24;
-    case DType::kIQ4_NL: return 18;
-    case DType::kQ2_K: return 84;
-    case DType::kQ3_K: return 110;
-    case DType::kQ4_K: return 144;
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
+    case DType::kF32:
+      return 4;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
+    case DType::kQ8_0:
+      return 34;
+    case DType::kQ4_0:
+      return 18;
+    case DType::kQ4_1:
+      return 20;
+    case DType::kQ5_0:
+      return 22;
+    case DType::kQ5_1:
+      return 24;
+    case DType::kIQ4_NL:
+      return 18;
+    case DType::kQ2_K:
+      return 84;
+    case DType::kQ3_K:
+      return 110;
+    case DType::kQ4_K:
+      return 144;
+    case DType::kQ5_K:
+      return 176;
+    case DType::kQ6_K:
+      return 210;
   }
   TP_ASSERT(false, "unknown dtype");
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
-    case DType::kQ8_0: return "q8_0";
-    case DType::kQ4_0: return "q4_0";
-    case DType::kQ4_1: return "q4_1";
-    case DType::kQ5_0: return "q5_0";
-    case DType::kQ5_1: return "q5_1";
-    case DType::kIQ4_NL: return "iq4_nl";
-    case DType::kQ2_K: return "q2_k";
-    case DType::kQ3_K: return "q3_k";
-    case DType::kQ4_K: return "q4_k";
-    case DType::kQ5_K: return "q5_k";
-    case DType::kQ6_K: return "q6_k";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kIQ4_NL:
+      return "iq4_nl";
+    case DType::kQ2_K:
+      return "q2_k";
+    case DType::kQ3_K:
+      return "q3_k";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
@@ -69,7 +104,8 @@ DType dtype_from_name(std::string_view name) {
     if (dtype_name(t) == name) return t;
   }
   TP_CHECK(false, "[dtype_from_name] unknown dtype '", name,
-           "', expected one of f32 bf16 f16 i32 i64 u8 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k");
+           "', expected one of f32 bf16 f16 i32 i64 u8 q8_0 q4_0 q4_1 q5_0 q5_1 iq4_nl q2_k q3_k "
+           "q4_k q5_k q6_k");
   return DType::kF32;
 }
 

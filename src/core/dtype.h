@@ -10,10 +10,26 @@
 namespace tensorpar {
 
 enum class DType : uint8_t {
-  kF32, kBF16, kF16, kI32, kI64, kU8,
-  kQ8_0, kQ4_0, kQ4_1,                  // first quantized types (values kept for saved files)
-  kQ5_0, kQ5_1, kIQ4_NL,                // 32-weight blocks
-  kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K,    // 256-weight super-blocks
+  kF32,
+  kBF16,
+  kF16,
+  kI32,
+  kI64,
+  kU8,
+  // Block quants; new ones go after the old so saved values keep their meaning.
+  // 32-weight blocks:
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kIQ4_NL,
+  // 256-weight super-blocks (K-quants):
+  kQ2_K,
+  kQ3_K,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
 
 // Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants.
@@ -21,9 +37,13 @@ int64_t dtype_block_elems(DType t);
 // Bytes per storage block: sizeof(element) for plain types; ggml's block size for quants
 // (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...).
 int64_t dtype_block_bytes(DType t);
-constexpr bool dtype_is_quantized(DType t) { return t >= DType::kQ8_0 && t <= DType::kQ6_K; }
+constexpr bool dtype_is_quantized(DType t) {
+  return t >= DType::kQ8_0 && t <= DType::kQ6_K;
+}
 // The K-quants: 256-weight super-blocks.
-constexpr bool dtype_is_kquant(DType t) { return t >= DType::kQ2_K && t <= DType::kQ6_K; }
+constexpr bool dtype_is_kquant(DType t) {
+  return t >= DType::kQ2_K && t <= DType::kQ6_K;
+}
 inline bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
 }

@@ -46,7 +46,8 @@ void dequant_q3_k(float* y, const BlockQ3_K& b) {
 }
 
 // Shared by Q4_K and Q5_K; qh is null for Q4_K.
-void dequant_k4_k5(float* y, f16 d16, f16 dmin16, const uint8_t* scales, const uint8_t* qh, const uint8_t* qs) {
+void dequant_k4_k5(float* y, f16 d16, f16 dmin16, const uint8_t* scales, const uint8_t* qh,
+                   const uint8_t* qs) {
   const float d = f16_to_f32(d16), dmin = f16_to_f32(dmin16);
   for (int j = 0; j < 8; ++j) {
     int sc = 0, m = 0;
@@ -83,8 +84,12 @@ void dequantize_kquant(float* out, const void* src, DType t, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     float* y = out + i * kKQuantBlock;
     switch (t) {
-      case DType::kQ2_K: dequant_q2_k(y, static_cast<const BlockQ2_K*>(src)[i]); break;
-      case DType::kQ3_K: dequant_q3_k(y, static_cast<const BlockQ3_K*>(src)[i]); break;
+      case DType::kQ2_K:
+        dequant_q2_k(y, static_cast<const BlockQ2_K*>(src)[i]);
+        break;
+      case DType::kQ3_K:
+        dequant_q3_k(y, static_cast<const BlockQ3_K*>(src)[i]);
+        break;
       case DType::kQ4_K: {
         const auto& b = static_cast<const BlockQ4_K*>(src)[i];
         dequant_k4_k5(y, b.d, b.dmin, b.scales, nullptr, b.qs);
@@ -95,8 +100,11 @@ void dequantize_kquant(float* out, const void* src, DType t, int64_t nb) {
         dequant_k4_k5(y, b.d, b.dmin, b.scales, b.qh, b.qs);
         break;
       }
-      case DType::kQ6_K: dequant_q6_k(y, static_cast<const BlockQ6_K*>(src)[i]); break;
-      default: TP_ASSERT(false, "not a K-quant");
+      case DType::kQ6_K:
+        dequant_q6_k(y, static_cast<const BlockQ6_K*>(src)[i]);
+        break;
+      default:
+        TP_ASSERT(false, "not a K-quant");
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "core/buffer_cache.h"
 #include "core/error.h"
 #include "io/gguf.h"
+#include "model/shard_plan.h"
 #include "model/transformer.h"
 
 namespace tensorpar {
@@ -44,7 +45,7 @@ ModelConfig read_model_config(const std::string& path) {
 std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt) {
   ModelConfig config;
   auto store = open_store(path, &config);
-  auto model = std::make_unique<Transformer>(config, tp);
+  auto model = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()));
   {
     // Loading's temporaries (slices read, converted and dropped) are unmapped, not kept for reuse.
     const BufferCacheBypass bypass;

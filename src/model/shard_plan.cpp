@@ -1,6 +1,8 @@
 // shard_plan (see shard_plan.h): tensor names of the llama family (HF and GGUF) and GPT-2.
 #include "model/shard_plan.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "parallel/parallel_attention.h"
 #include "parallel/parallel_mlp.h"
@@ -15,6 +17,14 @@ Range scaled(Range r, int64_t f) { return {r.begin * f, r.end * f}; }
 
 }  // namespace
 
+int64_t ffn_alignment(const ModelConfig& c, const std::vector<TensorInfo>& tensors) {
+  int64_t align = 32;
+  for (const TensorInfo& t : tensors)
+    if (t.dtype && dtype_is_quantized(*t.dtype) && t.shape.size() == 2 && t.shape.back() == c.ffn)
+      align = std::max(align, dtype_block_elems(*t.dtype));
+  return align;
+}
+
 std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<TensorInfo>& tensors, int tp) {
   TP_CHECK(tp >= 1, "[shard_plan] tp: got ", tp, ", expected >= 1");
   const int64_t HS = c.head_dim;
@@ -25,7 +35,7 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
     kv.push_back(scaled(h.kv, HS));
     vocab.push_back(vocab_range(c.vocab_size, tp, r));
   }
-  const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, 32);
+  const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, ffn_alignment(c, tensors));
   const bool gpt2 = c.family == ArchFamily::kGpt2;
   std::vector<TensorShardPlan> out;
   for (const TensorInfo& t : tensors) {

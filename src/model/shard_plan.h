@@ -19,6 +19,11 @@ struct TensorShardPlan {
   std::vector<int64_t> bytes;         // stored bytes each rank reads
 };
 
+// Where the ffn split may cut (mlp_ffn_ranges' align): the largest quant block among the
+// tensors whose input dim is the ffn (down_proj), at least 32, so a rank's columns hold whole
+// blocks (256 for K-quants) and stay quantized.
+int64_t ffn_alignment(const ModelConfig& config, const std::vector<TensorInfo>& tensors);
+
 std::vector<TensorShardPlan> shard_plan(const ModelConfig& config, const std::vector<TensorInfo>& tensors, int tp);
 
 }  // namespace tensorpar

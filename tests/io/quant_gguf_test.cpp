@@ -21,10 +21,12 @@ struct Case {
 };
 
 const Case kCases[] = {
-    {"q4_0", "Q4_0", DType::kQ4_0}, {"q4_1", "Q4_1", DType::kQ4_1},     {"q5_0", "Q5_0", DType::kQ5_0},
-    {"q5_1", "Q5_1", DType::kQ5_1}, {"q8_0", "Q8_0", DType::kQ8_0},     {"iq4_nl", "IQ4_NL", DType::kIQ4_NL},
-    {"q2_k", "Q2_K", DType::kQ2_K}, {"q3_k", "Q3_K", DType::kQ3_K},     {"q4_k", "Q4_K", DType::kQ4_K},
-    {"q5_k", "Q5_K", DType::kQ5_K}, {"q6_k", "Q6_K", DType::kQ6_K},
+    {"q4_0", "Q4_0", DType::kQ4_0}, {"q4_1", "Q4_1", DType::kQ4_1},
+    {"q5_0", "Q5_0", DType::kQ5_0}, {"q5_1", "Q5_1", DType::kQ5_1},
+    {"q8_0", "Q8_0", DType::kQ8_0}, {"iq4_nl", "IQ4_NL", DType::kIQ4_NL},
+    {"q2_k", "Q2_K", DType::kQ2_K}, {"q3_k", "Q3_K", DType::kQ3_K},
+    {"q4_k", "Q4_K", DType::kQ4_K}, {"q5_k", "Q5_K", DType::kQ5_K},
+    {"q6_k", "Q6_K", DType::kQ6_K},
 };
 
 // The reference computes each weight in f32 as we do (scale products, then q * s - m): equal up

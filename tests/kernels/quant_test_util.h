@@ -12,30 +12,42 @@
 namespace tensorpar::testing {
 
 // Every block-quantized DType.
-inline constexpr DType kAllQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+inline constexpr DType kAllQuantTypes[] = {DType::kQ8_0, DType::kQ4_0,   DType::kQ4_1, DType::kQ5_0,
                                            DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K,
-                                           DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+                                           DType::kQ4_K, DType::kQ5_K,   DType::kQ6_K};
 
 struct ScaleField {
-  int offset;    // byte offset of an f16 field inside the block
-  float bound;   // its values are uniform in [-bound, bound]
+  int offset;   // byte offset of an f16 field inside the block
+  float bound;  // its values are uniform in [-bound, bound]
 };
 
 // The f16 fields of each block layout (quant.h) and bounds of 1 / max |quant * sub-scale|.
 inline std::vector<ScaleField> scale_fields(DType t) {
   switch (t) {
-    case DType::kQ8_0: return {{0, 1.0f / 128}};
-    case DType::kQ4_0: return {{0, 1.0f / 8}};
-    case DType::kQ4_1: return {{0, 1.0f / 15}, {2, 0.5f}};
-    case DType::kQ5_0: return {{0, 1.0f / 16}};
-    case DType::kQ5_1: return {{0, 1.0f / 31}, {2, 0.5f}};
-    case DType::kIQ4_NL: return {{0, 1.0f / 127}};
-    case DType::kQ2_K: return {{80, 1.0f / 45}, {82, 1.0f / 30}};
-    case DType::kQ3_K: return {{108, 1.0f / 128}};
-    case DType::kQ4_K: return {{0, 1.0f / 945}, {2, 1.0f / 126}};
-    case DType::kQ5_K: return {{0, 1.0f / 1953}, {2, 1.0f / 126}};
-    case DType::kQ6_K: return {{208, 1.0f / 4096}};
-    default: return {};
+    case DType::kQ8_0:
+      return {{0, 1.0f / 128}};
+    case DType::kQ4_0:
+      return {{0, 1.0f / 8}};
+    case DType::kQ4_1:
+      return {{0, 1.0f / 15}, {2, 0.5f}};
+    case DType::kQ5_0:
+      return {{0, 1.0f / 16}};
+    case DType::kQ5_1:
+      return {{0, 1.0f / 31}, {2, 0.5f}};
+    case DType::kIQ4_NL:
+      return {{0, 1.0f / 127}};
+    case DType::kQ2_K:
+      return {{80, 1.0f / 45}, {82, 1.0f / 30}};
+    case DType::kQ3_K:
+      return {{108, 1.0f / 128}};
+    case DType::kQ4_K:
+      return {{0, 1.0f / 945}, {2, 1.0f / 126}};
+    case DType::kQ5_K:
+      return {{0, 1.0f / 1953}, {2, 1.0f / 126}};
+    case DType::kQ6_K:
+      return {{208, 1.0f / 4096}};
+    default:
+      return {};
   }
 }
 

@@ -12,8 +12,10 @@ namespace {
 TEST(WeightSource, QuantizedSlicesStayQuantizedOrFallBackToF32) {
   const std::string path = std::string(TP_FIXTURES_DIR) + "/io/quants.gguf";
   const WeightSource src(open_tensor_store(path), path, LoadOptions{});
-  for (const auto& [name, dtype] : {std::pair<std::string, DType>{"q4_k", DType::kQ4_K}, {"q6_k", DType::kQ6_K},
-                                    {"q5_0", DType::kQ5_0}, {"q8_0", DType::kQ8_0}}) {
+  for (const auto& [name, dtype] : {std::pair<std::string, DType>{"q4_k", DType::kQ4_K},
+                                    {"q6_k", DType::kQ6_K},
+                                    {"q5_0", DType::kQ5_0},
+                                    {"q8_0", DType::kQ8_0}}) {
     SCOPED_TRACE(name);
     const SliceLoader load = src.matrix(name + ".weight", {2, 512});
     // The whole tensor decoded (its values are checked against gguf.quants in tests/io).

@@ -23,14 +23,18 @@ TP_AVX512 inline void store32(float* out, __m256i q, float s0, float m0, float s
   const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
   const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
   _mm512_storeu_ps(out, _mm512_sub_ps(_mm512_mul_ps(lo, _mm512_set1_ps(s0)), _mm512_set1_ps(m0)));
-  _mm512_storeu_ps(out + 16, _mm512_sub_ps(_mm512_mul_ps(hi, _mm512_set1_ps(s1)), _mm512_set1_ps(m1)));
+  _mm512_storeu_ps(out + 16,
+                   _mm512_sub_ps(_mm512_mul_ps(hi, _mm512_set1_ps(s1)), _mm512_set1_ps(m1)));
 }
 
 TP_AVX512 inline __m256i bits(__m256i v, int shift, int mask) {
-  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi8(char(mask)));
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(shift)),
+                          _mm256_set1_epi8(char(mask)));
 }
 
-TP_AVX512 inline __m256i load32(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+TP_AVX512 inline __m256i load32(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
 
 TP_AVX512 void q2_k(float* y, const BlockQ2_K& b) {
   const float d = _cvtsh_ss(b.d.bits), dmin = _cvtsh_ss(b.dmin.bits);
@@ -62,7 +66,8 @@ TP_AVX512 void q3_k(float* y, const BlockQ3_K& b) {
 }
 
 // Q4_K and Q5_K (qh null for Q4_K).
-TP_AVX512 void k4_k5(float* y, f16 d16, f16 dmin16, const uint8_t* scales, const uint8_t* qh, const uint8_t* qs) {
+TP_AVX512 void k4_k5(float* y, f16 d16, f16 dmin16, const uint8_t* scales, const uint8_t* qh,
+                     const uint8_t* qs) {
   const float d = _cvtsh_ss(d16.bits), dmin = _cvtsh_ss(dmin16.bits);
   const __m256i h = qh ? load32(qh) : _mm256_setzero_si256();
   for (int c = 0; c < 4; ++c) {
@@ -83,14 +88,17 @@ TP_AVX512 void q6_k(float* y, const BlockQ6_K& b) {
   const float d = _cvtsh_ss(b.d.bits);
   const __m256i off = _mm256_set1_epi8(32);
   for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = load32(b.ql + 64 * h), l1 = load32(b.ql + 64 * h + 32), hb = load32(b.qh + 32 * h);
+    const __m256i l0 = load32(b.ql + 64 * h), l1 = load32(b.ql + 64 * h + 32),
+                  hb = load32(b.qh + 32 * h);
     // Group g of the half: nibble g/2 of ql[64h + 32*(g%2) + l], bit pair g of qh[32h + l].
     const __m256i lo[4] = {l0, l1, l0, l1};
     for (int g = 0; g < 4; ++g) {
       const __m256i v = _mm256_sub_epi8(
-          _mm256_or_si256(bits(lo[g], 4 * (g / 2), 0xF), _mm256_slli_epi16(bits(hb, 2 * g, 3), 4)), off);
+          _mm256_or_si256(bits(lo[g], 4 * (g / 2), 0xF), _mm256_slli_epi16(bits(hb, 2 * g, 3), 4)),
+          off);
       const int s = 8 * h + 2 * g;
-      store32(y + 128 * h + 32 * g, v, d * float(b.scales[s]), 0.0f, d * float(b.scales[s + 1]), 0.0f);
+      store32(y + 128 * h + 32 * g, v, d * float(b.scales[s]), 0.0f, d * float(b.scales[s + 1]),
+              0.0f);
     }
   }
 }
@@ -101,8 +109,12 @@ void dequant_kquant_avx512(float* out, const void* w, DType t, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i) {
     float* y = out + i * kKQuantBlock;
     switch (t) {
-      case DType::kQ2_K: q2_k(y, static_cast<const BlockQ2_K*>(w)[i]); break;
-      case DType::kQ3_K: q3_k(y, static_cast<const BlockQ3_K*>(w)[i]); break;
+      case DType::kQ2_K:
+        q2_k(y, static_cast<const BlockQ2_K*>(w)[i]);
+        break;
+      case DType::kQ3_K:
+        q3_k(y, static_cast<const BlockQ3_K*>(w)[i]);
+        break;
       case DType::kQ4_K: {
         const auto& b = static_cast<const BlockQ4_K*>(w)[i];
         k4_k5(y, b.d, b.dmin, b.scales, nullptr, b.qs);
@@ -113,8 +125,11 @@ void dequant_kquant_avx512(float* out, const void* w, DType t, int64_t nb) {
         k4_k5(y, b.d, b.dmin, b.scales, b.qh, b.qs);
         break;
       }
-      case DType::kQ6_K: q6_k(y, static_cast<const BlockQ6_K*>(w)[i]); break;
-      default: TP_ASSERT(false, "not a K-quant");
+      case DType::kQ6_K:
+        q6_k(y, static_cast<const BlockQ6_K*>(w)[i]);
+        break;
+      default:
+        TP_ASSERT(false, "not a K-quant");
     }
   }
 }

@@ -59,7 +59,7 @@ void matmul(MatmulEngine& eng, Tensor& c, const Tensor& a, const Tensor& b, cons
 
 // out (..,N) = in (..,K) x weight^T + bias, weight (N,K) in the HF [out,in] layout.
 // in: f32 or bf16 (converted to weight's dtype when the weight is f32/bf16 and they differ);
-// weight: f32, bf16, or q8_0/q4_0/q4_1 (dequantized block-wise on the fly, see quant_matmul.h);
+// weight: f32, bf16, or any block quant (dequantized block-wise on the fly, see quant_matmul.h);
 // bias (N) f32 or null; out f32 or bf16. Leading dims of in/out flatten to M rows (they must be
 // contiguous unless 2-D, where any row stride works).
 void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tensor& weight,
