@@ -9,7 +9,7 @@
 # the first decode. bench/serve_bench.sh passes it.
 #
 # Usage: bench/build_llama_server.sh            (prints the path of llama-server)
-#   env: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, as bench/infer_bench.sh),
+#   env: LLAMA_CPP_PYTHON_VERSION (default 0.3.36, as tools/requirements-bench.txt),
 #        LLAMA_SERVER_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/tensorpar), JOBS (default 2),
 #        NICE (default 10: the build leaves room for other work on the machine)
 set -euo pipefail

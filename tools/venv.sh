@@ -5,13 +5,20 @@
 #                         fixture makers, references, plots; torch pulls ~3 GB of wheels)
 #   tools/venv.sh serve   <repo>/.venv-serve with tools/requirements-serve.txt (openai, pytest,
 #                         selenium, aiohttp; no torch): the server tests and benchmarks
+#   tools/venv.sh bench   <repo>/.venv-bench with tools/requirements-bench.txt (llama-cpp-python
+#                         built natively from its sdist): the peer of bench/'s comparisons
 # Usage: PY=$(tools/venv.sh) && "$PY" tools/make_fixtures.py
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 case "${1:-}" in
   "") VENV="$REPO/.venv"; REQ="$REPO/tools/requirements.txt" ;;
   serve) VENV="${SERVE_VENV:-$REPO/.venv-serve}"; REQ="$REPO/tools/requirements-serve.txt" ;;
-  *) echo "usage: $0 [serve]" >&2; exit 2 ;;
+  bench)
+    VENV="${BENCH_VENV:-$REPO/.venv-bench}"; REQ="$REPO/tools/requirements-bench.txt"
+    # llama.cpp for this machine's ISA, no examples or tests; -j2 like everything here.
+    export CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF"
+    export CMAKE_BUILD_PARALLEL_LEVEL=2 ;;
+  *) echo "usage: $0 [serve|bench]" >&2; exit 2 ;;
 esac
 STAMP="$VENV/.requirements"
 if [[ ! -x "$VENV/bin/python" ]]; then
