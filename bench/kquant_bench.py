@@ -41,20 +41,6 @@ def quantize(src, dst, preset, threads):
         sys.exit(f"kquant_bench: llama_model_quantize({src} -> {preset}) failed: {rc}")
 
 
-def without_weight_repacking():
-    """llama.cpp 0.3.36 on this CPU (amx_int8) crashes in its AMX matmul when it repacks the
-    weights (bench/serve_bench.sh passes --no-repack to llama-server for the same reason): every
-    model is loaded with use_extra_bufts off, so llama.cpp runs its AVX-512 kernels."""
-    import llama_cpp.llama_cpp as lc
-    default = lc.llama_model_default_params
-
-    def params():
-        p = default()
-        p.use_extra_bufts = False
-        return p
-    lc.llama_model_default_params = params
-
-
 def run_json(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -99,7 +85,7 @@ def main():
     a = ap.parse_args()
 
     import llama_cpp
-    without_weight_repacking()
+    llamacpp_ppl.disable_weight_repacking()
     os.makedirs(a.dir, exist_ok=True)
     with open(a.text, encoding="utf-8") as f:
         corpus = f.read()

@@ -1,5 +1,5 @@
 // `tensorpar train`: trains a model built from flags (or loaded from an HF directory / GGUF file
-// to fine-tune) on a text corpus at any TP size, printing step, loss, val loss, tokens/s, ms/step
+// to fine-tune) on a text corpus at any tp x pp x dp, printing step, loss, val loss, tokens/s, ms/step
 // (or one JSON object per step), with sharded checkpoints and --resume. A resumed run keeps the
 // checkpoint's settings and saves into its directory unless flags say otherwise; no run writes
 // over a newer checkpoint. Logic lives in src/train/.
@@ -17,10 +17,13 @@
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
 #include "model/load_model.h"
+#include "model/transformer.h"
 #include "model/tokenizer_loader.h"
 #include "parallel/mesh.h"
 #include "train/hf_export.h"
 #include "train/memory_accounting.h"
+#include "train/pipeline.h"
+#include "train/pipeline_schedule.h"
 #include "train/run_settings.h"
 #include "train/trainer.h"
 
@@ -35,7 +38,8 @@ struct TrainCliOptions {
   RunSettings run;
   uint64_t init_seed = 1;
   bool bf16 = false;
-  int dp = 1;
+  int dp = 1, pp = 1;
+  std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"
 };
 
@@ -161,17 +165,18 @@ void run_train(TrainCliOptions& o) {
 
   LaunchConfig lc;
   lc.backend = backend_from_name(o.common.backend);
-  lc.n_ranks = o.common.tp * o.dp;
+  lc.n_ranks = o.common.tp * o.dp * o.pp;
   lc.threads_per_rank = o.common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    // Under mpirun without --tp/--dp the whole world is one TP group.
-    const bool whole_world = lc.backend == Backend::kMpi && o.common.tp == 1 && o.dp == 1;
+    // Under mpirun without --tp/--dp/--pp the whole world is one TP group.
+    const bool whole_world =
+        lc.backend == Backend::kMpi && o.common.tp == 1 && o.dp == 1 && o.pp == 1;
     const int tp_size = whole_world ? world.size() : o.common.tp;
-    TP_CHECK(tp_size * o.dp == world.size(), "[train] --tp ", tp_size, " x --dp ", o.dp,
-             " does not match the MPI world of ", world.size(), " ranks (mpirun -np ",
-             tp_size * o.dp, ")");
-    // World rank = tp_rank + tp * dp_rank: a TP group is tp consecutive ranks.
-    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp});
+    TP_CHECK(tp_size * o.dp * o.pp == world.size(), "[train] --tp ", tp_size, " x --dp ", o.dp,
+             " x --pp ", o.pp, " does not match the MPI world of ", world.size(),
+             " ranks (mpirun -np ", tp_size * o.dp * o.pp, ")");
+    // World rank = tp_rank + tp * (dp_rank + dp * pp_rank): a TP group is tp consecutive ranks.
+    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp, .pp = o.pp});
     Communicator& tp = mesh.tp();
     const bool lead = world.rank() == 0;
     // Rank 0 reads and tokenises the corpus; the others receive it.
@@ -198,7 +203,21 @@ void run_train(TrainCliOptions& o) {
                                : !o.resume.empty() ? stored_model_config(resume_state, o.resume)
                                                    : config_from_flags(o, vocab);
     check_tp_size(tp.size(), config, "train");
-    if (!o.model.empty()) {
+    std::unique_ptr<Pipeline> pipeline;
+    if (o.pp > 1) {
+      // This rank's stage: its layers (and the embedding / head at the ends), initialised from
+      // --init-seed like the whole model, or read from the checkpoint when resumed.
+      TP_CHECK(o.model.empty(), "[train] --pp ", o.pp,
+               " trains a new model or resumes a checkpoint; fine-tuning --model ", o.model,
+               " through a pipeline is not supported yet (use --pp 1)");
+      const std::vector<LayerSpan> spans = split_layers(config.n_layers, o.pp, o.pp_layers);
+      auto stage = std::make_unique<Transformer>(config, tp, 32, spans[size_t(mesh.pp_rank())]);
+      stage->init_weights(o.init_seed);
+      pipeline = std::make_unique<Pipeline>(*stage, mesh.pp());
+      model = std::move(stage);
+    } else if (!o.pp_layers.empty()) {
+      split_layers(config.n_layers, 1, o.pp_layers);  // names a bad list; one count is the model
+    } else if (!o.model.empty()) {
       LoadOptions lo;
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
       model = load_model(o.model, tp, lo);
@@ -216,7 +235,7 @@ void run_train(TrainCliOptions& o) {
     TrainOptions topt = effective.train;
     topt.extra_state = {
         {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
-    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr);
+    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr, pipeline.get());
     if (!o.resume.empty()) {
       const std::string schedule_note = trainer.resume(o.resume);
       if (lead)
@@ -230,8 +249,9 @@ void run_train(TrainCliOptions& o) {
     if (lead) {
       std::fprintf(
           stderr,
-          "[train] %s, %s, tp %d, dp %d; matmuls %s; recomputed layers %lld; from step %lld\n",
-          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.dp,
+          "[train] %s, %s, tp %d, pp %d, dp %d; matmuls %s; recomputed layers %lld; from step "
+          "%lld\n",
+          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.pp, o.dp,
           topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
           (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
           (long long)trainer.step());
@@ -251,7 +271,7 @@ void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainCliOptions>();
   TrainOptions& t = o->run.train;
   CLI::App* cmd =
-      app.add_subcommand("train", "Train (or fine-tune) a model with tensor parallelism");
+      app.add_subcommand("train", "Train (or fine-tune) a model with tensor, pipeline and data parallelism");
   add_common_options(*cmd, o->common);
   cmd->add_option("--model", o->model,
                   "Fine-tune this HF directory or GGUF file (quantized weights are dequantized)");
@@ -297,6 +317,14 @@ void add_train_command(CLI::App& app) {
          "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp ranks): "
          "micro-batches split over them, gradients summed")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--pp", o->pp,
+                  "Pipeline stages (the world is tp x pp x dp ranks, tp fastest): layers split "
+                  "over them, micro-batches run in the 1F1B order")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--pp-layers", o->pp_layers,
+                  "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "
+                  "taking the remainder)")
+      ->delimiter(',');
   cmd->add_flag(
       "--bf16,!--no-bf16", o->bf16,
       "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, AdamW state, "

@@ -17,6 +17,20 @@ import sys
 import numpy as np
 
 
+def disable_weight_repacking():
+    """llama.cpp 0.3.36 on a CPU with amx_int8 crashes in its AMX matmul when it repacks the weights
+    (bench/serve_bench.sh passes --no-repack to llama-server for the same reason): after this call
+    every model loads with use_extra_bufts off, so llama.cpp runs its AVX-512 kernels."""
+    import llama_cpp.llama_cpp as lc
+    default = lc.llama_model_default_params
+
+    def params():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    lc.llama_model_default_params = params
+
+
 def load(model, ctx, threads, logits_all):
     from llama_cpp import Llama  # imported late: --help works without llama-cpp-python
     return Llama(model_path=model, n_ctx=ctx, n_batch=min(ctx, 512), n_ubatch=min(ctx, 512), n_threads=threads,

@@ -2,6 +2,7 @@
 // Llama-arch files hold Q/K rows permuted by llama.cpp's converter, so they get interleaved RoPE
 // (pairs (2i, 2i+1)) instead of un-permuting rows at load; qwen2 files are not permuted.
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "io/gguf_metadata.h"
@@ -12,8 +13,8 @@ namespace tensorpar {
 ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<std::string>& tensor_names,
                                    const std::string& where) {
   const std::string arch = meta.get_string("general.architecture");
-  TP_CHECK(arch == "llama" || arch == "qwen2" || arch == "mistral", "[ModelConfig::from_gguf] ", where,
-           ": unsupported general.architecture '", arch, "' (supported: llama, qwen2, mistral)");
+  TP_CHECK(arch == "llama" || arch == "qwen2" || arch == "mistral" || arch == "gemma3", "[ModelConfig::from_gguf] ",
+           where, ": unsupported general.architecture '", arch, "' (supported: llama, qwen2, mistral, gemma3)");
   auto has_tensor = [&](const std::string& n) {
     return std::find(tensor_names.begin(), tensor_names.end(), n) != tensor_names.end();
   };
@@ -41,7 +42,7 @@ ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<s
   c.tie_embeddings = !has_tensor("output.weight");
   c.qkv_bias = has_tensor("blk.0.attn_q.bias");
   c.rope.theta = meta.has(key("rope.freq_base")) ? meta.get_f64(key("rope.freq_base")) : 10000.0;
-  c.rope.layout = arch == "qwen2" ? RopeLayout::kHalfSplit : RopeLayout::kInterleaved;
+  c.rope.layout = arch == "qwen2" || arch == "gemma3" ? RopeLayout::kHalfSplit : RopeLayout::kInterleaved;
   const std::string scaling = meta.get_string_or(key("rope.scaling.type"), "none");
   if (scaling == "linear") {
     c.rope.scaling = RopeScalingType::kLinear;
@@ -54,6 +55,21 @@ ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<s
     TP_CHECK(meta.get_i64(key("rope.dimension_count")) == c.head_dim, "[ModelConfig::from_gguf] ", where,
              ": partial rotary (", key("rope.dimension_count"), " ", meta.get_i64(key("rope.dimension_count")),
              " < head size ", c.head_dim, ") is not supported");
+  if (arch == "gemma3") {
+    // llama.cpp's gemma3 graph: every 6th layer global, local layers with RoPE base 10000, queries
+    // scaled by 1/sqrt(HS), norm weights stored with Gemma's +1 already added by the converter.
+    c.family = ArchFamily::kGemma3;
+    c.sliding_window = meta.has(key("attention.sliding_window")) ? meta.get_i64(key("attention.sliding_window")) : 0;
+    for (int64_t l = 0; l < c.n_layers; ++l) c.layer_sliding.push_back(c.sliding_window > 0 && (l + 1) % 6 != 0);
+    c.rope_local = c.rope;
+    c.rope_local.theta = 10000.0;
+    c.rope_local.scaling = RopeScalingType::kNone;
+    // (llama.cpp scales Gemma 3 27B, the 62-layer model, by 1/sqrt(C / NH) instead.)
+    c.query_scale = 1.0 / std::sqrt(double(c.n_layers == 62 ? c.hidden / c.n_heads : c.head_dim));
+    c.final_logit_softcap = meta.has(key("final_logit_softcapping")) ? meta.get_f64(key("final_logit_softcapping")) : 0.0;
+    c.norm_weight_offset = 0.0f;
+    c.norm_eps = meta.has(key("attention.layer_norm_rms_epsilon")) ? c.norm_eps : 1e-6;
+  }
   c.bos_id = meta.has("tokenizer.ggml.bos_token_id") ? meta.get_i64("tokenizer.ggml.bos_token_id") : -1;
   c.eos_id = meta.has("tokenizer.ggml.eos_token_id") ? meta.get_i64("tokenizer.ggml.eos_token_id") : -1;
   c.validate(where);

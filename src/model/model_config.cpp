@@ -1,6 +1,7 @@
-// ModelConfig from Hugging Face config.json (Llama family incl. Qwen2/Mistral/SmolLM2, GPT-2).
+// ModelConfig from Hugging Face config.json (Llama family incl. Qwen2/Mistral/SmolLM2, GPT-2, Gemma 3).
 #include "model/model_config.h"
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -53,12 +54,81 @@ void read_rope_scaling(const json& s, RopeConfig& rope, const std::string& where
   }
 }
 
+// Gemma 3 (Gemma3ForCausalLM's "gemma3_text", or the multimodal "gemma3" with a text_config).
+ModelConfig gemma3_from_hf_json(const json& outer, const std::string& where) {
+  const json& j = outer.contains("text_config") && outer["text_config"].is_object() ? outer["text_config"] : outer;
+  ModelConfig c;
+  c.model_type = "gemma3";
+  c.family = ArchFamily::kGemma3;
+  c.vocab_size = need_int(j, "vocab_size", where);
+  c.hidden = need_int(j, "hidden_size", where);
+  c.n_layers = need_int(j, "num_hidden_layers", where);
+  c.n_heads = need_int(j, "num_attention_heads", where);
+  c.n_kv_heads = int_or(j, "num_key_value_heads", c.n_heads);
+  c.head_dim = int_or(j, "head_dim", 256);
+  c.ffn = need_int(j, "intermediate_size", where);
+  c.max_position = int_or(j, "max_position_embeddings", 131072);
+  c.norm_eps = num_or(j, "rms_norm_eps", 1e-6);
+  c.tie_embeddings = j.value("tie_word_embeddings", true);
+  c.qkv_bias = j.value("attention_bias", false);
+  c.norm_weight_offset = 1.0f;
+  const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+  TP_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_tanh", "[ModelConfig] ", where,
+           ": unsupported hidden_activation '", act, "' (supported: gelu_pytorch_tanh)");
+  TP_CHECK(!j.value("use_bidirectional_attention", false), "[ModelConfig] ", where,
+           ": use_bidirectional_attention is not supported (a causal LM only)");
+  TP_CHECK(!j.contains("attn_logit_softcapping") || j["attn_logit_softcapping"].is_null(), "[ModelConfig] ", where,
+           ": attn_logit_softcapping is not supported (Gemma 2)");
+  c.query_scale = 1.0 / std::sqrt(num_or(j, "query_pre_attn_scalar", 256.0));
+  c.final_logit_softcap = num_or(j, "final_logit_softcapping", 0.0);
+  c.sliding_window = int_or(j, "sliding_window", 4096);
+  // Which layers are local: layer_types, else every sliding_window_pattern-th layer is global.
+  if (j.contains("layer_types") && j["layer_types"].is_array()) {
+    TP_CHECK(int64_t(j["layer_types"].size()) == c.n_layers, "[ModelConfig] ", where, ": layer_types has ",
+             j["layer_types"].size(), " entries for ", c.n_layers, " layers");
+    for (const json& t : j["layer_types"]) {
+      const std::string s = t.is_string() ? t.get<std::string>() : std::string();
+      TP_CHECK(s == "sliding_attention" || s == "full_attention", "[ModelConfig] ", where, ": layer type '", s,
+               "' (supported: sliding_attention, full_attention)");
+      c.layer_sliding.push_back(s == "sliding_attention");
+    }
+  } else {
+    const int64_t pattern = int_or(j, "sliding_window_pattern", 6);
+    TP_CHECK(pattern >= 1, "[ModelConfig] ", where, ": sliding_window_pattern ", pattern, ", expected >= 1");
+    for (int64_t l = 0; l < c.n_layers; ++l) c.layer_sliding.push_back((l + 1) % pattern != 0);
+  }
+  // RoPE: rope_parameters {full_attention, sliding_attention} (newer transformers), else
+  // rope_theta / rope_scaling (global) and rope_local_base_freq (local).
+  c.rope.theta = num_or(j, "rope_theta", 1000000.0);
+  c.rope_local.theta = num_or(j, "rope_local_base_freq", 10000.0);
+  if (j.contains("rope_scaling")) read_rope_scaling(j["rope_scaling"], c.rope, where);
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const json& p = j["rope_parameters"];
+    if (p.contains("full_attention") && p["full_attention"].is_object()) {
+      c.rope.theta = num_or(p["full_attention"], "rope_theta", c.rope.theta);
+      read_rope_scaling(p["full_attention"], c.rope, where);
+    }
+    if (p.contains("sliding_attention") && p["sliding_attention"].is_object()) {
+      c.rope_local.theta = num_or(p["sliding_attention"], "rope_theta", c.rope_local.theta);
+      read_rope_scaling(p["sliding_attention"], c.rope_local, where);
+    }
+  }
+  c.bos_id = token_id_or(j, "bos_token_id");
+  c.eos_id = token_id_or(j, "eos_token_id");
+  return c;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
   TP_CHECK(j.is_object(), "[ModelConfig] ", where, ": config is not a JSON object");
   ModelConfig c;
   c.model_type = j.value("model_type", std::string());
+  if (c.model_type == "gemma3_text" || c.model_type == "gemma3") {
+    c = gemma3_from_hf_json(j, where);
+    c.validate(where);
+    return c;
+  }
   if (c.model_type == "gpt2") {
     c.family = ArchFamily::kGpt2;
     c.vocab_size = need_int(j, "vocab_size", where);
@@ -76,7 +146,7 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
     bool known = false;
     for (const char* t : kLlamaLike) known |= c.model_type == t;
     TP_CHECK(known, "[ModelConfig] ", where, ": unsupported model_type '", c.model_type,
-             "' (supported: llama, mistral, qwen2, gpt2)");
+             "' (supported: llama, mistral, qwen2, gpt2, gemma3_text)");
     c.family = ArchFamily::kLlama;
     c.vocab_size = need_int(j, "vocab_size", where);
     c.hidden = need_int(j, "hidden_size", where);
@@ -124,13 +194,19 @@ void ModelConfig::validate(const std::string& where) const {
   TP_CHECK(head_dim % 2 == 0, "[ModelConfig] ", where, ": head_dim ", head_dim, " must be even for RoPE");
   TP_CHECK(family != ArchFamily::kGpt2 || n_heads * head_dim == hidden, "[ModelConfig] ", where,
            ": gpt2 needs n_embd divisible by n_head");
+  TP_CHECK(layer_sliding.empty() || int64_t(layer_sliding.size()) == n_layers, "[ModelConfig] ", where, ": ",
+           layer_sliding.size(), " layer types for ", n_layers, " layers");
+  TP_CHECK(sliding_window >= 0 && final_logit_softcap >= 0 && query_scale >= 0, "[ModelConfig] ", where,
+           ": sliding_window ", sliding_window, ", final_logit_softcap ", final_logit_softcap, ", query_scale ",
+           query_scale, ": expected >= 0");
 }
 
 std::string ModelConfig::summary() const {
   std::ostringstream os;
   os << model_type << ": L=" << n_layers << " C=" << hidden << " NH=" << n_heads << " NKV=" << n_kv_heads
      << " HS=" << head_dim << " F=" << ffn << " V=" << vocab_size << " tied=" << (tie_embeddings ? 1 : 0);
-  if (family == ArchFamily::kLlama) os << " rope_theta=" << rope.theta;
+  if (family != ArchFamily::kGpt2) os << " rope_theta=" << rope.theta;
+  if (family == ArchFamily::kGemma3) os << " local_rope_theta=" << rope_local.theta << " window=" << sliding_window;
   return os.str();
 }
 

@@ -13,7 +13,9 @@
 
 namespace tensorpar {
 
-enum class ArchFamily : uint8_t { kLlama, kGpt2 };  // kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2
+// kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2. kGemma3: q/k norms, four norms per layer,
+// GeGLU, embeddings scaled by sqrt(C), sliding-window local layers beside global ones.
+enum class ArchFamily : uint8_t { kLlama, kGpt2, kGemma3 };
 class GgufMetadata;
 
 struct RopeConfig {
@@ -42,6 +44,17 @@ struct ModelConfig {
   bool qkv_bias = false;    // Qwen2: biases on q, k and v projections
   RopeConfig rope;
   int64_t bos_id = -1, eos_id = -1;
+  // Gemma 3. A layer is local (sliding window, rope_local) or global (full attention, rope).
+  int64_t sliding_window = 0;          // keys at distance < this from the query; 0: none
+  std::vector<bool> layer_sliding;     // (L) true: local layer; empty: every layer global
+  RopeConfig rope_local;               // RoPE of the local layers
+  double query_scale = 0;              // attention score scale; 0: 1/sqrt(HS)
+  double final_logit_softcap = 0;      // logits = cap * tanh(logits / cap); 0: none
+  // RMSNorm multiplies by (offset + weight): HF Gemma checkpoints store weight - 1 (offset 1);
+  // llama.cpp's converter stores the sum (offset 0).
+  float norm_weight_offset = 0;
+
+  bool is_sliding(int64_t layer) const { return !layer_sliding.empty() && layer_sliding[size_t(layer)]; }
 
   // Parses a HF config.json object; `where` names the file in errors. Reads both the older
   // rope_theta + rope_scaling and the newer rope_parameters forms.

@@ -1,8 +1,10 @@
-// The normalisations of a decoder block, Replicated over the TP group: RMSNorm (Llama family)
-// or LayerNorm with a bias (GPT-2), over the hidden dim.
+// The normalisations of a decoder block, Replicated over the TP group: RMSNorm (Llama family,
+// Gemma with its (1 + weight) form) or LayerNorm with a bias (GPT-2), over the hidden dim (or a
+// head's dims for Gemma's q/k norms).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -15,9 +17,12 @@ struct Param {
 
 class Norm {
  public:
-  Norm(int64_t hidden, bool layer_norm, float eps);
+  // weight_offset: RMSNorm multiplies by (weight_offset + weight) (1 for HF Gemma checkpoints).
+  Norm(int64_t hidden, bool layer_norm, float eps, float weight_offset = 0.0f);
 
   bool layer_norm() const { return layer_norm_; }
+  int64_t size() const { return C_; }
+  float weight_offset() const { return offset_; }
   Param& weight() { return w_; }
   Param& bias() { return b_; }  // LayerNorm only
   int64_t weight_bytes() const;
@@ -29,10 +34,15 @@ class Norm {
   void backward(float* d_in, const float* d_out, const float* in, const float* mean, const float* rstd, int64_t N);
 
  private:
+  // The multiplier (offset + weight): the weight itself when the offset is 0.
+  const float* scale_weights() const;
+
   int64_t C_;
   bool layer_norm_;
   float eps_;
+  float offset_;
   Param w_, b_;
+  mutable std::vector<float> offset_w_;  // (C) offset + weight, refreshed per call
 };
 
 }  // namespace tensorpar

@@ -2,6 +2,7 @@
 // reuses a per-model workspace that only grows, so decoding allocates nothing per token.
 #include "model/transformer.h"
 
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -22,25 +23,28 @@ Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t qu
   const int size = tp.size(), rank = tp.rank();
   const bool gpt2 = c.family == ArchFamily::kGpt2;
   vocab_range_ = tensorpar::vocab_range(c.vocab_size, size, rank);
-  if (!gpt2) {
+  auto rope_table = [&](const RopeConfig& r) {
     RopeScaling sc;
-    sc.type = c.rope.scaling;
-    sc.factor = c.rope.factor;
-    sc.low_freq_factor = c.rope.low_freq_factor;
-    sc.high_freq_factor = c.rope.high_freq_factor;
-    sc.original_max_position_embeddings = double(c.rope.original_max_position);
-    rope_ = std::make_unique<RopeTable>(RopeTable::make(c.head_dim, c.rope.theta, c.rope.layout, sc));
-  }
+    sc.type = r.scaling;
+    sc.factor = r.factor;
+    sc.low_freq_factor = r.low_freq_factor;
+    sc.high_freq_factor = r.high_freq_factor;
+    sc.original_max_position_embeddings = double(r.original_max_position);
+    return std::make_unique<RopeTable>(RopeTable::make(c.head_dim, r.theta, r.layout, sc));
+  };
+  if (!gpt2) rope_ = rope_table(c.rope);
+  if (!c.layer_sliding.empty()) rope_local_ = rope_table(c.rope_local);
   const std::vector<Range> ffn_ranges = mlp_ffn_ranges(c.ffn, size, quant_align);
   layers_.reserve(size_t(span_.last - span_.first));
-  for (int64_t l = span_.first; l < span_.last; ++l) layers_.emplace_back(c, rope_.get(), ffn_ranges, size, rank);
+  for (int64_t l = span_.first; l < span_.last; ++l)
+    layers_.emplace_back(c, l, c.is_sliding(l) ? rope_local_.get() : rope_.get(), ffn_ranges, size, rank);
   // The embedding also lives with the head when tied (its table is the head's weight).
   if (span_.embedding || (span_.head && c.tie_embeddings)) {
     embed_ = std::make_unique<VocabParallelEmbedding>(c.vocab_size, c.hidden, size, rank);
     if (gpt2) pos_embed_.value = Tensor::zeros({c.max_position, c.hidden}, DType::kF32);
   }
   if (span_.head) {
-    final_norm_ = std::make_unique<Norm>(c.hidden, gpt2, float(c.norm_eps));
+    final_norm_ = std::make_unique<Norm>(c.hidden, gpt2, float(c.norm_eps), c.norm_weight_offset);
     if (!c.tie_embeddings) lm_head_ = std::make_unique<ColumnParallelLinear>(c.hidden, c.vocab_size, false, size, rank);
   }
   // Ranks that share a replicated kv head sum their k/v gradients in this group (collective
@@ -82,6 +86,8 @@ int64_t Transformer::weight_bytes() const {
 void Transformer::load_weights(const WeightSource& src) {
   if (config_.family == ArchFamily::kGpt2)
     load_gpt2(*this, src);
+  else if (config_.family == ArchFamily::kGemma3)
+    load_gemma3(*this, src);
   else
     load_llama(*this, src);
   train_->invalidate();
@@ -89,8 +95,47 @@ void Transformer::load_weights(const WeightSource& src) {
 
 // ---- shared pieces ----
 
+namespace {
+
+// Gemma scales embeddings by sqrt(C), rounded to the activations' dtype (f32) as HF does.
+float embedding_scale(const ModelConfig& c) {
+  return c.family == ArchFamily::kGemma3 ? float(std::sqrt(double(c.hidden))) : 1.0f;
+}
+
+void scale_rows(Tensor& x, int64_t N, float s) {
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < N * x.dim(1); ++i) p[i] *= s;
+}
+
+}  // namespace
+
+void Transformer::embed_backward(Tensor& d_x, const int64_t* ids, int64_t N) {
+  const float s = embedding_scale(config_);
+  if (s != 1.0f) scale_rows(d_x, N, s);  // d_x is not needed after this
+  embed_->backward(d_x, ids, N);
+}
+
+void Transformer::softcap_logits(Tensor& logits) const {
+  const float cap = float(config_.final_logit_softcap);
+  if (cap == 0.0f) return;
+  float* p = logits.data<float>();
+  for (int64_t i = 0; i < logits.numel(); ++i) p[i] = cap * std::tanh(p[i] / cap);
+}
+
+void Transformer::softcap_logits_backward(Tensor& d_logits, const Tensor& capped_logits) const {
+  const float cap = float(config_.final_logit_softcap);
+  if (cap == 0.0f) return;
+  float* d = d_logits.data<float>();
+  const float* l = capped_logits.data<float>();
+  for (int64_t i = 0; i < d_logits.numel(); ++i) {
+    const float t = l[i] / cap;  // tanh(z / cap); d(cap tanh(z / cap))/dz = 1 - tanh^2
+    d[i] *= 1.0f - t * t;
+  }
+}
+
 void Transformer::embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const {
   embed_->forward(x, ids, N, tp_);
+  if (const float s = embedding_scale(config_); s != 1.0f) scale_rows(x, N, s);
   if (config_.family != ArchFamily::kGpt2) return;
   const int64_t C = config_.hidden;
   const float* wpe = pos_embed_.value.data<float>();
@@ -182,6 +227,7 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
   final_norm_->forward(hr.data<float>(), scratch_rows(ws.mean, R, 1).data<float>(), scratch_rows(ws.rstd, R, 1).data<float>(),
                        xr.data<float>(), R);
   if (logits_local.numel() > 0) matmul_forward(eng_, logits_local, hr, head_weight(), nullptr);
+  softcap_logits(logits_local);
 }
 
 }  // namespace tensorpar

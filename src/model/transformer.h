@@ -7,6 +7,7 @@
 // follows a token through it.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +46,24 @@ class Transformer final : public CausalLM {
 
   const LayerSpan& span() const { return span_; }
 
+  // ---- a pipeline stage's training (train/pipeline.h runs these under its schedule) ----
+  // Forward of micro-batch `micro` through this span. tokens (B, T) i64 on every stage (they
+  // give the rows' positions; the first stage embeds them); x_in (N = B*T, C) f32: the previous
+  // stage's output (null on the first stage); targets (B, T): read by the last stage only. Not
+  // the last stage: writes x_out (N, C) and returns 0; the last: returns the mean loss. with_grad
+  // keeps the activations for stage_backward(micro). Collective over tp.
+  float stage_forward(int64_t micro, const Tensor& tokens, const Tensor* x_in, const Tensor& targets, Tensor* x_out,
+                      bool with_grad);
+  // Backward of `micro` (after its stage_forward with grad): d_out (N, C) is the gradient of
+  // this stage's output (null on the last stage, whose gradient starts at the loss, scaled by
+  // loss_scale); writes d_in (N, C), the gradient of its input (not the first stage). Weight
+  // gradients accumulate; the micro-batch's activations are released.
+  void stage_backward(int64_t micro, const Tensor* d_out, float loss_scale, Tensor* d_in);
+  // On a last stage without the embedding whose head is tied: the embedding shard it holds as
+  // its LM head, as a parameter (the first stage's name). The pipeline steps it with the same
+  // summed gradient as the first stage's copy, so the two stay equal. Empty elsewhere.
+  std::vector<ParamShard> tied_head_copy();
+
   // CausalLM
   const ModelConfig& config() const override { return config_; }
   Communicator& tp() override { return tp_; }
@@ -64,25 +83,39 @@ class Transformer final : public CausalLM {
   struct TrainState;
   friend void load_llama(Transformer&, const WeightSource&);
   friend void load_gpt2(Transformer&, const WeightSource&);
+  friend void load_gemma3(Transformer&, const WeightSource&);
 
   // Architecture-specific naming (arch_*.cpp). The names are HF's; GPT-2's fused Conv1D c_attn
   // is exposed as three [out, in] tensors "...attn.c_attn.{q,k,v}.weight/bias" and its other
   // Conv1D weights transposed to [out, in] (see arch_gpt2.cpp).
   std::vector<ParamShard> parameters_llama();
   std::vector<ParamShard> parameters_gpt2();
+  std::vector<ParamShard> parameters_gemma3();
   void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
                     Shape global, int dim, Range range, int copies = 1);
   // The layer of global index l (held here: span().first <= l < last).
   TransformerLayer& layer(int64_t l) { return layers_[size_t(l - span_.first)]; }
   void check_whole_model(const char* where) const;
 
-  // x (N, C) = embedding rows of ids (all-reduced over tp) (+ learned positions for GPT-2).
+  // x (N, C) = embedding rows of ids (all-reduced over tp) (+ learned positions for GPT-2;
+  // times sqrt(C) for Gemma).
   void embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const;
+  // The embedding's backward: d_x (N, C), the gradient of embed's output (scaled here for Gemma).
+  void embed_backward(Tensor& d_x, const int64_t* ids, int64_t N);
+  // Final logit soft-capping (Gemma): logits = cap tanh(logits / cap), and its backward on the
+  // capped logits' gradient. No-ops without a cap.
+  void softcap_logits(Tensor& logits) const;
+  void softcap_logits_backward(Tensor& d_logits, const Tensor& capped_logits) const;
   // The LM head's weight: the embedding's shard when tied.
   const Tensor& head_weight() const;
   Tensor& head_grad();
   // Mean loss of tokens/targets (B, T); with_grad runs backward too.
   float train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad);
+  // The span's forward and backward over the activations `s` keeps (a whole model's step, or
+  // one micro-batch of a pipeline stage); x_in/x_out/d_out/d_in as in stage_forward/backward.
+  float span_forward(TrainState& s, const Tensor& tokens, const Tensor* x_in, const Tensor& targets, Tensor* x_out,
+                     bool with_grad, const char* where);
+  void span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in);
 
   ModelConfig config_;
   Communicator& tp_;
@@ -90,6 +123,7 @@ class Transformer final : public CausalLM {
   std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
   MatmulEngine eng_;
   std::unique_ptr<RopeTable> rope_;
+  std::unique_ptr<RopeTable> rope_local_;  // Gemma 3's local (sliding-window) layers
   Range vocab_range_;
   std::unique_ptr<VocabParallelEmbedding> embed_;  // (V_local, C): the tied LM head too
   Param pos_embed_;                                // (max_position, C) f32 Replicated, GPT-2 only
@@ -98,6 +132,8 @@ class Transformer final : public CausalLM {
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<TrainState> train_;
+  std::map<int64_t, std::unique_ptr<TrainState>> stage_micro_;  // pipeline: activations per micro-batch
+  std::vector<std::unique_ptr<TrainState>> stage_spare_;          // released ones, reused
   TrainCompute compute_;
 };
 

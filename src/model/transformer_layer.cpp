@@ -7,9 +7,14 @@ namespace tensorpar {
 
 namespace {
 
-AttentionShape attention_shape(const ModelConfig& c) {
-  const bool gpt2 = c.family == ArchFamily::kGpt2;
+AttentionShape attention_shape(const ModelConfig& c, int64_t layer) {
+  const bool gpt2 = c.family == ArchFamily::kGpt2, gemma = c.family == ArchFamily::kGemma3;
   AttentionShape as;
+  as.window = c.is_sliding(layer) ? c.sliding_window : 0;
+  as.scale = float(c.query_scale);
+  as.qk_norm = gemma;
+  as.norm_eps = float(c.norm_eps);
+  as.norm_weight_offset = c.norm_weight_offset;
   as.hidden = c.hidden;
   as.n_heads = c.n_heads;
   as.n_kv_heads = c.n_kv_heads;
@@ -19,6 +24,15 @@ AttentionShape attention_shape(const ModelConfig& c) {
   return as;
 }
 
+MlpKind mlp_kind(const ModelConfig& c) {
+  switch (c.family) {
+    case ArchFamily::kGpt2: return MlpKind::kGeluTanh;
+    case ArchFamily::kGemma3: return MlpKind::kGeGlu;
+    case ArchFamily::kLlama: break;
+  }
+  return MlpKind::kSwiGlu;
+}
+
 // out (N*C) = a + b elementwise (out may alias either).
 void add(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
@@ -26,16 +40,22 @@ void add(float* out, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
-TransformerLayer::TransformerLayer(const ModelConfig& c, const RopeTable* rope, const std::vector<Range>& ffn_ranges,
-                                   int tp_size, int tp_rank)
-    : norm1_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps)),
-      norm2_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps)),
-      attn_(attention_shape(c), rope, tp_size, tp_rank),
-      mlp_(c.hidden, c.ffn, c.family == ArchFamily::kGpt2 ? MlpKind::kGeluTanh : MlpKind::kSwiGlu,
-           c.family == ArchFamily::kGpt2, ffn_ranges, tp_rank) {}
+TransformerLayer::TransformerLayer(const ModelConfig& c, int64_t layer, const RopeTable* rope,
+                                   const std::vector<Range>& ffn_ranges, int tp_size, int tp_rank)
+    : norm1_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps), c.norm_weight_offset),
+      norm2_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps), c.norm_weight_offset),
+      attn_(attention_shape(c, layer), rope, tp_size, tp_rank),
+      mlp_(c.hidden, c.ffn, mlp_kind(c), c.family == ArchFamily::kGpt2, ffn_ranges, tp_rank) {
+  if (c.family == ArchFamily::kGemma3) {
+    post_attn_norm_.emplace(c.hidden, false, float(c.norm_eps), c.norm_weight_offset);
+    post_mlp_norm_.emplace(c.hidden, false, float(c.norm_eps), c.norm_weight_offset);
+  }
+}
 
 int64_t TransformerLayer::weight_bytes() const {
-  return norm1_.weight_bytes() + norm2_.weight_bytes() + attn_.weight_bytes() + mlp_.weight_bytes();
+  int64_t n = norm1_.weight_bytes() + norm2_.weight_bytes() + attn_.weight_bytes() + mlp_.weight_bytes();
+  if (post_attn_norm_) n += post_attn_norm_->weight_bytes() + post_mlp_norm_->weight_bytes();
+  return n;
 }
 
 void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tensor& x, const AttentionRows& rows,
@@ -47,10 +67,24 @@ void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tenso
   Tensor mean1 = scratch_rows(a.mean1, N, 1), rstd1 = scratch_rows(a.rstd1, N, 1);
   Tensor mean2 = scratch_rows(a.mean2, N, 1), rstd2 = scratch_rows(a.rstd2, N, 1);
   norm1_.forward(h1.data<float>(), mean1.data<float>(), rstd1.data<float>(), x.data<float>(), N);
-  attn_.forward(ctx.eng, x_mid, h1, rows, a.attn, ctx.tp);
+  if (post_attn_norm_) {
+    Tensor attn_out = scratch_rows(a.attn_out, N, C);
+    attn_.forward(ctx.eng, attn_out, h1, rows, a.attn, ctx.tp);
+    post_attn_norm_->forward(x_mid.data<float>(), nullptr, scratch_rows(a.rstd_post_attn, N, 1).data<float>(),
+                             attn_out.data<float>(), N);
+  } else {
+    attn_.forward(ctx.eng, x_mid, h1, rows, a.attn, ctx.tp);
+  }
   add(x_mid.data<float>(), x_mid.data<float>(), x.data<float>(), N * C);
   norm2_.forward(h2.data<float>(), mean2.data<float>(), rstd2.data<float>(), x_mid.data<float>(), N);
-  mlp_.forward(ctx.eng, out, h2, a.mlp, ctx.tp);
+  if (post_mlp_norm_) {
+    Tensor mlp_out = scratch_rows(a.mlp_out, N, C);
+    mlp_.forward(ctx.eng, mlp_out, h2, a.mlp, ctx.tp);
+    post_mlp_norm_->forward(out.data<float>(), nullptr, scratch_rows(a.rstd_post_mlp, N, 1).data<float>(),
+                            mlp_out.data<float>(), N);
+  } else {
+    mlp_.forward(ctx.eng, out, h2, a.mlp, ctx.tp);
+  }
   add(out.data<float>(), x_mid.data<float>(), out.data<float>(), N * C);
 }
 
@@ -61,11 +95,23 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
            "[TransformerLayer::backward] d_x ", d_x.describe(), ", d_h ", d_h.describe(), ", x ", x.describe(),
            ": expected one (N, C) shape and the forward's activations");
   const Tensor h1 = a.h1.slice(0, 0, N), x_mid = a.x_mid.slice(0, 0, N), h2 = a.h2.slice(0, 0, N);
-  // out = x_mid + mlp(norm2(x_mid)): d_x flows to x_mid directly and through the MLP.
-  mlp_.backward(ctx.eng, d_h, d_x, h2, a.mlp, ctx.tp);
+  // out = x_mid + [post_mlp_norm](mlp(norm2(x_mid))): d_x flows to x_mid directly and through
+  // the MLP (and the post norm first, whose input gradient d_post is then the MLP's).
+  Tensor d_post;
+  if (post_mlp_norm_) {
+    d_post = Tensor::zeros(x.shape(), DType::kF32);
+    post_mlp_norm_->backward(d_post.data<float>(), d_x.data<float>(), a.mlp_out.data<float>(), nullptr,
+                             a.rstd_post_mlp.data<float>(), N);
+  }
+  mlp_.backward(ctx.eng, d_h, post_mlp_norm_ ? d_post : d_x, h2, a.mlp, ctx.tp);
   norm2_.backward(d_x.data<float>(), d_h.data<float>(), x_mid.data<float>(), a.mean2.data<float>(),
                   a.rstd2.data<float>(), N);
-  attn_.backward(ctx.eng, d_h, d_x, h1, rows, a.attn, ctx.tp, ctx.kv_group);
+  if (post_attn_norm_) {
+    d_post.fill_zero();
+    post_attn_norm_->backward(d_post.data<float>(), d_x.data<float>(), a.attn_out.data<float>(), nullptr,
+                              a.rstd_post_attn.data<float>(), N);
+  }
+  attn_.backward(ctx.eng, d_h, post_attn_norm_ ? d_post : d_x, h1, rows, a.attn, ctx.tp, ctx.kv_group);
   norm1_.backward(d_x.data<float>(), d_h.data<float>(), x.data<float>(), a.mean1.data<float>(),
                   a.rstd1.data<float>(), N);
 }

@@ -24,6 +24,10 @@ struct Transformer::TrainState {
   Tensor hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N), (N, V_local), (N)
   Tensor d_logits, d_h, d_x;             // backward scratch: (N, V_local), (N, C), (N, C)
   std::vector<int64_t> positions;
+  std::vector<int64_t> ids;  // the step's tokens (N), for the embedding's backward
+  Tensor targets;            // (N) view of the caller's targets (the last stage's loss)
+  int64_t B = 0, T = 0;
+  bool with_grad = false;
   void invalidate() { *this = TrainState{}; }
 };
 

@@ -22,23 +22,38 @@ void Transformer::set_train_compute(const TrainCompute& compute) {
            ", expected f32 or bf16");
   compute_ = compute;
   train_->invalidate();
+  stage_micro_.clear();
 }
 
 float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad) {
   check_whole_model("Transformer::forward_backward");
-  TP_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI64 && targets.shape() == tokens.shape() &&
-               targets.dtype() == DType::kI64 && tokens.is_contiguous() && targets.is_contiguous(),
-           "[Transformer::forward_backward] tokens ", tokens.describe(), ", targets ", targets.describe(),
-           ": expected i64 (B, T), both the same shape");
-  TP_CHECK(!with_grad || embed_->weight().dtype() == DType::kF32, "[Transformer::forward_backward] training needs ",
-           "f32 weights; the embedding is ", dtype_name(embed_->weight().dtype()),
-           " (load with float weights, not quantized)");
-  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = config_.hidden;
-  TP_CHECK(N >= 1, "[Transformer::forward_backward] empty batch");
   TrainState& s = *train_;
+  const float loss = span_forward(s, tokens, nullptr, targets, nullptr, with_grad, "Transformer::forward_backward");
+  if (with_grad) span_backward(s, nullptr, loss_scale, nullptr);
+  return loss;
+}
+
+float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tensor* x_in, const Tensor& targets,
+                                Tensor* x_out, bool with_grad, const char* where) {
+  TP_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI64 && tokens.is_contiguous() &&
+               (!span_.head || (targets.shape() == tokens.shape() && targets.dtype() == DType::kI64 &&
+                                targets.is_contiguous())),
+           "[", where, "] tokens ", tokens.describe(), ", targets ", targets.describe(),
+           ": expected i64 (B, T), both the same shape");
+  const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = config_.hidden;
+  TP_CHECK(N >= 1, "[", where, "] empty batch");
+  TP_CHECK(span_.embedding || (x_in && x_in->shape() == (Shape{N, C}) && x_in->dtype() == DType::kF32),
+           "[", where, "] a stage without the embedding needs its input activations f32", shape_str({N, C}),
+           ", got ", x_in ? x_in->describe() : std::string("none"), " (layers [", span_.first, ", ", span_.last,
+           "), tp rank ", tp_.rank(), ")");
+  TP_CHECK(span_.head || x_out, "[", where, "] a stage without the head needs an output tensor");
+  TP_CHECK(!with_grad || !embed_ || embed_->weight().dtype() == DType::kF32, "[", where, "] training needs ",
+           "f32 weights; the embedding is ", dtype_name(embed_ ? embed_->weight().dtype() : DType::kF32),
+           " (load with float weights, not quantized)");
+  s.B = B, s.T = T, s.with_grad = with_grad;
   s.positions.resize(size_t(N));
   for (int64_t i = 0; i < N; ++i) s.positions[size_t(i)] = i % T;
-  const int64_t* ids = tokens.data<int64_t>();
+  s.ids.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + N);
   AttentionRows rows;
   rows.positions = s.positions.data();
   rows.B = B, rows.T = T;
@@ -50,52 +65,89 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
   } scope{eng_};
   eng_.set_compute_dtype(compute_.matmul_dtype);
 
-  // inputs[l] is layer l's input, inputs[L] the stack's output. A recomputed layer (and every
-  // layer without backward) writes the shared `recomputed` activations; only its input stays.
+  // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
+  // every layer without backward) writes the shared `recomputed` activations; only its input
+  // stays. Recomputation counts the model's layers from 0, whichever stage holds them.
   const int64_t L = int64_t(layers_.size());
-  auto recomputes = [&](int64_t l) { return !with_grad || l < compute_.recompute_layers; };
+  auto recomputes = [&](int64_t l) { return !with_grad || span_.first + l < compute_.recompute_layers; };
   s.inputs.resize(size_t(L + 1));
   s.layers.resize(size_t(L));
   for (Tensor& x : s.inputs) ensure_f32(x, {N, C});
-  embed(s.inputs[0], ids, s.positions.data(), N);
+  if (span_.embedding)
+    embed(s.inputs[0], s.ids.data(), s.positions.data(), N);
+  else
+    std::memcpy(s.inputs[0].data<float>(), x_in->data<float>(), size_t(N * C) * sizeof(float));
   for (int64_t l = 0; l < L; ++l) {
     if (recomputes(l) && with_grad) s.layers[size_t(l)] = LayerActs{};  // drop what an earlier step saved
     layers_[size_t(l)].forward(ctx, s.inputs[size_t(l + 1)], s.inputs[size_t(l)], rows,
                                recomputes(l) ? s.recomputed : s.layers[size_t(l)]);
   }
-  const Tensor& x_out = s.inputs[size_t(L)];
+  const Tensor& x_last = s.inputs[size_t(L)];
+  if (!span_.head) {
+    ensure_f32(*x_out, {N, C});
+    std::memcpy(x_out->data<float>(), x_last.data<float>(), size_t(N * C) * sizeof(float));
+    return 0.0f;
+  }
   ensure_f32(s.hf, {N, C}), ensure_f32(s.rstdf, {N}), ensure_f32(s.meanf, {N});
-  final_norm_->forward(s.hf.data<float>(), s.meanf.data<float>(), s.rstdf.data<float>(), x_out.data<float>(), N);
+  final_norm_->forward(s.hf.data<float>(), s.meanf.data<float>(), s.rstdf.data<float>(), x_last.data<float>(), N);
   ensure_f32(s.logits, {N, vocab_range_.size()});
   if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, s.hf, head_weight(), nullptr);
+  softcap_logits(s.logits);
   ensure_f32(s.lse, {N});
-  Tensor tg = targets.reshape({N});
-  const float loss = vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, tg, vocab_range_,
-                                                          config_.vocab_size, tp_);
-  if (!with_grad) return loss;
+  s.targets = targets.reshape({N});
+  return vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, s.targets, vocab_range_, config_.vocab_size,
+                                              tp_);
+}
 
-  // ---- backward ----
-  Tensor& d_logits = s.d_logits;
-  ensure_f32(d_logits, s.logits.shape());
-  d_logits.fill_zero();
-  vocab_parallel_cross_entropy_backward(d_logits, loss_scale, s.logits, s.lse, tg, vocab_range_, config_.vocab_size);
+void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in) {
+  TP_ASSERT(s.with_grad, "span_backward without a forward that kept its activations");
+  const int64_t B = s.B, T = s.T, N = B * T, C = config_.hidden, L = int64_t(layers_.size());
+  AttentionRows rows;
+  rows.positions = s.positions.data();
+  rows.B = B, rows.T = T;
+  const LayerContext ctx{eng_, tp_, kv_group_.get()};
+  struct ComputeScope {
+    MatmulEngine& eng;
+    ~ComputeScope() { eng.set_compute_dtype(DType::kF32); }
+  } scope{eng_};
+  eng_.set_compute_dtype(compute_.matmul_dtype);
+  auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;
   ensure_f32(d_h, {N, C});
-  d_h.fill_zero();
-  if (d_logits.numel() > 0) matmul_backward(eng_, &d_h, &head_grad(), nullptr, d_logits, s.hf, head_weight());
-  copy_to_tp_region_backward(d_h, tp_);  // the LM head's input gradient is Partial over the vocab
   Tensor& d_x = s.d_x;
   ensure_f32(d_x, {N, C});
-  d_x.fill_zero();
-  final_norm_->backward(d_x.data<float>(), d_h.data<float>(), x_out.data<float>(), s.meanf.data<float>(),
-                        s.rstdf.data<float>(), N);
+  if (span_.head) {
+    Tensor& d_logits = s.d_logits;
+    ensure_f32(d_logits, s.logits.shape());
+    d_logits.fill_zero();
+    vocab_parallel_cross_entropy_backward(d_logits, loss_scale, s.logits, s.lse, s.targets, vocab_range_,
+                                          config_.vocab_size);
+    softcap_logits_backward(d_logits, s.logits);
+    d_h.fill_zero();
+    if (d_logits.numel() > 0) matmul_backward(eng_, &d_h, &head_grad(), nullptr, d_logits, s.hf, head_weight());
+    copy_to_tp_region_backward(d_h, tp_);  // the LM head's input gradient is Partial over the vocab
+    d_x.fill_zero();
+    final_norm_->backward(d_x.data<float>(), d_h.data<float>(), s.inputs[size_t(L)].data<float>(),
+                          s.meanf.data<float>(), s.rstdf.data<float>(), N);
+  } else {
+    TP_CHECK(d_out && d_out->shape() == (Shape{N, C}) && d_out->dtype() == DType::kF32,
+             "[Transformer::stage_backward] a stage without the head needs its output's gradient f32",
+             shape_str({N, C}), ", got ", d_out ? d_out->describe() : std::string("none"));
+    std::memcpy(d_x.data<float>(), d_out->data<float>(), size_t(N * C) * sizeof(float));
+  }
   for (int64_t l = L; l-- > 0;) {
     const Tensor& x = s.inputs[size_t(l)];
     if (recomputes(l))  // d_h is free here: its value is not needed
       layers_[size_t(l)].forward(ctx, d_h, x, rows, s.recomputed);
     layers_[size_t(l)].backward(ctx, d_x, d_h, x, rows, recomputes(l) ? s.recomputed : s.layers[size_t(l)]);
   }
-  embed_->backward(d_x, ids, N);
+  if (!span_.embedding) {
+    TP_CHECK(d_in, "[Transformer::stage_backward] a stage without the embedding needs an input-gradient tensor");
+    ensure_f32(*d_in, {N, C});
+    std::memcpy(d_in->data<float>(), d_x.data<float>(), size_t(N * C) * sizeof(float));
+    return;
+  }
+  embed_backward(d_x, s.ids.data(), N);
   if (config_.family == ArchFamily::kGpt2) {
     ensure_grad(pos_embed_.grad, pos_embed_.value.shape());
     float* g = pos_embed_.grad.data<float>();
@@ -103,7 +155,49 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < C; ++i) g[s.positions[size_t(n)] * C + i] += d[n * C + i];
   }
+}
+
+float Transformer::stage_forward(int64_t micro, const Tensor& tokens, const Tensor* x_in, const Tensor& targets,
+                                 Tensor* x_out, bool with_grad) {
+  std::unique_ptr<TrainState>& s = stage_micro_[micro];
+  TP_CHECK(!s, "[Transformer::stage_forward] micro-batch ", micro, " already holds activations (layers [",
+           span_.first, ", ", span_.last, "))");
+  if (!stage_spare_.empty()) {
+    s = std::move(stage_spare_.back());
+    stage_spare_.pop_back();
+  } else {
+    s = std::make_unique<TrainState>();
+  }
+  float loss = 0;
+  try {
+    loss = span_forward(*s, tokens, x_in, targets, x_out, with_grad, "Transformer::stage_forward");
+  } catch (...) {
+    stage_micro_.erase(micro);
+    throw;
+  }
+  if (!with_grad) {
+    stage_spare_.push_back(std::move(s));
+    stage_micro_.erase(micro);
+  }
   return loss;
+}
+
+void Transformer::stage_backward(int64_t micro, const Tensor* d_out, float loss_scale, Tensor* d_in) {
+  auto it = stage_micro_.find(micro);
+  TP_CHECK(it != stage_micro_.end(), "[Transformer::stage_backward] micro-batch ", micro,
+           " has no activations: run stage_forward with grad first (layers [", span_.first, ", ", span_.last, "))");
+  std::unique_ptr<TrainState> s = std::move(it->second);
+  stage_micro_.erase(it);
+  span_backward(*s, d_out, loss_scale, d_in);
+  stage_spare_.push_back(std::move(s));
+}
+
+std::vector<ParamShard> Transformer::tied_head_copy() {
+  std::vector<ParamShard> out;
+  if (span_.embedding || !span_.head || !config_.tie_embeddings) return out;
+  const char* name = config_.family == ArchFamily::kGpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  append_param(out, name, embed_->weight(), embed_->d_weight(), {config_.vocab_size, config_.hidden}, 0, vocab_range_);
+  return out;
 }
 
 float Transformer::forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) {
@@ -131,12 +225,14 @@ void Transformer::append_param(std::vector<ParamShard>& out, const std::string& 
 }
 
 std::vector<ParamShard> Transformer::parameters() {
+  if (config_.family == ArchFamily::kGemma3) return parameters_gemma3();
   return config_.family == ArchFamily::kGpt2 ? parameters_gpt2() : parameters_llama();
 }
 
 void Transformer::zero_grad() {
-  for (ParamShard& p : parameters())
-    if (p.grad && p.grad->numel() > 0) p.grad->fill_zero();
+  for (std::vector<ParamShard> ps : {parameters(), tied_head_copy()})
+    for (ParamShard& p : ps)
+      if (p.grad && p.grad->numel() > 0) p.grad->fill_zero();
 }
 
 void Transformer::init_weights(uint64_t seed) {
@@ -158,7 +254,7 @@ void Transformer::init_weights(uint64_t seed) {
     if (v.dtype() != DType::kF32) v = Tensor::empty(v.shape(), DType::kF32);  // unfused quantized or 16-bit
     const bool is_norm = p.name.find("norm") != std::string::npos || p.name.find(".ln_") != std::string::npos;
     if (is_norm) {
-      v.fill(ends_with(p.name, ".weight") ? 1.0f : 0.0f);
+      v.fill(ends_with(p.name, ".weight") ? 1.0f - config_.norm_weight_offset : 0.0f);  // a multiplier of 1
     } else if (p.global_shape.size() == 1) {
       v.fill_zero();  // biases
     } else {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/rmsnorm.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
 
@@ -54,15 +55,55 @@ ParallelAttention::ParallelAttention(const AttentionShape& shape, const RopeTabl
            shape.head_dim);
   TP_CHECK(!rope || rope->head_size == shape.head_dim, "[ParallelAttention] rope table head size ",
            rope ? rope->head_size : 0, ", expected ", shape.head_dim);
+  TP_CHECK(shape.window >= 0 && shape.scale >= 0, "[ParallelAttention] window ", shape.window, ", scale ",
+           shape.scale, ": expected >= 0");
+  if (shape.qk_norm) {
+    for (Tensor* w : {&q_norm_w_, &k_norm_w_}) {
+      *w = Tensor::empty({shape.head_dim}, DType::kF32);
+      w->fill(1.0f - shape.norm_weight_offset);  // a multiplier of 1
+    }
+  }
+}
+
+// The multiplier of a head norm: offset + weight.
+namespace {
+std::vector<float> norm_multiplier(const Tensor& w, float offset) {
+  std::vector<float> m(size_t(w.numel()));
+  const float* p = w.data<float>();
+  for (size_t i = 0; i < m.size(); ++i) m[i] = offset + p[i];
+  return m;
+}
+}  // namespace
+
+void ParallelAttention::head_norm_forward(float* out, float* rstd, const float* in, int64_t stride, const Tensor& w,
+                                          int64_t N, int64_t n_heads) const {
+  const int64_t HS = shape_.head_dim;
+  const std::vector<float> m = norm_multiplier(w, shape_.norm_weight_offset);
+  for (int64_t n = 0; n < N; ++n)  // a token's heads are contiguous: n_heads rows of HS
+    rmsnorm_forward(out + n * n_heads * HS, rstd + n * n_heads, in + n * stride, m.data(), n_heads, HS,
+                    shape_.norm_eps);
+}
+
+void ParallelAttention::head_norm_backward(float* d_in, float* d_weight, const float* d_out, const float* in,
+                                           int64_t stride, const Tensor& w, const float* rstd, int64_t N,
+                                           int64_t n_heads) const {
+  const int64_t HS = shape_.head_dim;
+  const std::vector<float> m = norm_multiplier(w, shape_.norm_weight_offset);
+  for (int64_t n = 0; n < N; ++n)
+    rmsnorm_backward(d_in + n * stride, d_weight, d_out + n * n_heads * HS, in + n * stride, m.data(),
+                     rstd + n * n_heads, n_heads, HS);
 }
 
 int64_t ParallelAttention::weight_bytes() const {
-  return qkv_.weight_bytes() + o_.weight().nbytes() + (o_.has_bias() ? o_.bias().nbytes() : 0);
+  return qkv_.weight_bytes() + o_.weight().nbytes() + (o_.has_bias() ? o_.bias().nbytes() : 0) +
+         (shape_.qk_norm ? q_norm_w_.nbytes() + k_norm_w_.nbytes() : 0);
 }
 
 void ParallelAttention::zero_grad() {
   qkv_.zero_grad();
   o_.zero_grad();
+  for (Tensor* g : {&q_norm_g_, &k_norm_g_})
+    if (g->numel() > 0) g->fill_zero();
 }
 
 void ParallelAttention::init_normal(float stddev, float o_stddev, uint64_t seed, const uint64_t ids[4]) {
@@ -86,7 +127,15 @@ void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x,
     const float* src = qkv.data<float>();
     // q and k after RoPE, contiguous; v read in place (paged) or copied (kept for backward).
     Tensor q = scratch_rows(acts.q, N, qc), k = scratch_rows(acts.k, N, kc);
-    if (rope_) {
+    if (shape_.qk_norm) {  // per-head norms first, then RoPE in place
+      head_norm_forward(q.data<float>(), scratch_rows(acts.q_rstd, N, NHl).data<float>(), src, W, q_norm_w_, N, NHl);
+      head_norm_forward(k.data<float>(), scratch_rows(acts.k_rstd, N, NKVl).data<float>(), src + qc, W, k_norm_w_, N,
+                        NKVl);
+      if (rope_) {
+        rope_forward(q.data<float>(), q.data<float>(), rows.positions, *rope_, N, NHl);
+        rope_forward(k.data<float>(), k.data<float>(), rows.positions, *rope_, N, NKVl);
+      }
+    } else if (rope_) {
       rope_forward(q.data<float>(), src, rows.positions, *rope_, N, NHl, W);
       rope_forward(k.data<float>(), src + qc, rows.positions, *rope_, N, NKVl, W);
     } else {
@@ -109,7 +158,7 @@ void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x,
           for (int64_t i = 0; i < kc; ++i) kt[i * bs] = kr[i];
         }
       PagedAttentionDims d;
-      d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.block_size = bs;
+      d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.block_size = bs, d.scale = shape_.scale, d.window = shape_.window;
       paged_attention_forward(att.data<float>(), q.data<float>(), rows.k_pool, rows.v_pool, rows.seqs, d);
     } else {
       Tensor v = scratch_rows(acts.v, N, kc);
@@ -117,6 +166,7 @@ void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x,
       ensure_f32(acts.lse, {rows.B, NHl, rows.T});
       AttentionDims d;
       d.B = rows.B, d.T = rows.T, d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.pos0 = 0, d.T_kv = rows.T;
+      d.scale = shape_.scale, d.window = shape_.window;
       attention_forward(att.data<float>(), acts.lse.data<float>(), q.data<float>(), k.data<float>(),
                         v.data<float>(), d);
     }
@@ -142,17 +192,39 @@ void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d
   Tensor d_att = Tensor::zeros({N, qc}, DType::kF32);
   o_.backward(eng, &d_att, d_out, att);
   Tensor d_qkv = Tensor::zeros({N, W}, DType::kF32);
+  // Each rank's heads give part of the Replicated q/k norm weights' gradient.
+  Tensor step_q_norm_grad, step_k_norm_grad;
+  if (shape_.qk_norm) {
+    step_q_norm_grad = Tensor::zeros({HS}, DType::kF32);
+    step_k_norm_grad = Tensor::zeros({HS}, DType::kF32);
+  }
   if (NHl > 0) {
     Tensor d_q = Tensor::zeros({N, qc}, DType::kF32);
     Tensor d_k = Tensor::zeros({N, kc}, DType::kF32);
     Tensor d_v = Tensor::zeros({N, kc}, DType::kF32);
     AttentionDims d;
     d.B = rows.B, d.T = rows.T, d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.pos0 = 0, d.T_kv = rows.T;
+    d.scale = shape_.scale, d.window = shape_.window;
     attention_backward(d_q.data<float>(), d_k.data<float>(), d_v.data<float>(), d_att.data<float>(),
                        acts.q.data<float>(), acts.k.data<float>(), acts.v.data<float>(), att.data<float>(),
                        acts.lse.data<float>(), d);
     float* dst = d_qkv.data<float>();
-    if (rope_) {  // d_pre = R^T d_post, accumulated into the zeroed fused gradient
+    if (shape_.qk_norm) {
+      // Back through RoPE (into the normed q, k), then the head norms into the fused gradient.
+      // The norm weights' gradients of this step are summed over tp below.
+      Tensor d_qn = Tensor::zeros({N, qc}, DType::kF32), d_kn = Tensor::zeros({N, kc}, DType::kF32);
+      if (rope_) {
+        rope_backward(d_qn.data<float>(), d_q.data<float>(), rows.positions, *rope_, N, NHl);
+        rope_backward(d_kn.data<float>(), d_k.data<float>(), rows.positions, *rope_, N, NKVl);
+      } else {
+        d_qn = d_q, d_kn = d_k;
+      }
+      const float* src = acts.qkv.data<float>();
+      head_norm_backward(dst, step_q_norm_grad.data<float>(), d_qn.data<float>(), src, W, q_norm_w_,
+                         acts.q_rstd.data<float>(), N, NHl);
+      head_norm_backward(dst + qc, step_k_norm_grad.data<float>(), d_kn.data<float>(), src + qc, W, k_norm_w_,
+                         acts.k_rstd.data<float>(), N, NKVl);
+    } else if (rope_) {  // d_pre = R^T d_post, accumulated into the zeroed fused gradient
       rope_backward(dst, d_q.data<float>(), rows.positions, *rope_, N, NHl, W);
       rope_backward(dst + qc, d_k.data<float>(), rows.positions, *rope_, N, NKVl, W);
     } else {
@@ -160,6 +232,18 @@ void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d
       copy_columns(dst + qc, W, d_k.data<float>(), kc, N, kc);
     }
     copy_columns(dst + qc + kc, W, d_v.data<float>(), kc, N, kc);
+  }
+  if (shape_.qk_norm) {
+    // The ranks' parts sum to the whole (with replicated kv heads, the copies' parts of one
+    // head's k gradient sum to its gradient too), so one all-reduce over tp gives every rank it.
+    tp.all_reduce(step_q_norm_grad);
+    tp.all_reduce(step_k_norm_grad);
+    for (auto [grad, step] : {std::pair{&q_norm_g_, &step_q_norm_grad}, std::pair{&k_norm_g_, &step_k_norm_grad}}) {
+      ensure_grad(*grad, {HS});
+      float* g = grad->data<float>();
+      const float* s = step->data<float>();
+      for (int64_t i = 0; i < HS; ++i) g[i] += s[i];
+    }
   }
   d_x.fill_zero();
   if (copies == 1 || NHl == 0) {

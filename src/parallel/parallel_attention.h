@@ -2,6 +2,8 @@
 // (partition_heads). q, k and v are one column-parallel GEMM over this rank's heads (a
 // ColumnParallelLinear of three parts; kv heads are replicated when tp > n_kv_heads), then RoPE,
 // GQA attention, and o_proj row-parallel with its all-reduce. Input and output Replicated (N, C).
+// Options for Gemma 3: per-head RMSNorm of q and k before RoPE (weights Replicated), a sliding
+// window, a score scale other than 1/sqrt(HS).
 // One forward serves inference (keys and values written into a paged pool, attention over each
 // sequence's blocks) and training (B sequences from position 0, everything kept for backward).
 #pragma once
@@ -29,6 +31,11 @@ struct AttentionShape {
   int64_t head_dim = 0;    // HS
   bool qkv_bias = false;   // Qwen2, GPT-2
   bool out_bias = false;   // GPT-2
+  int64_t window = 0;      // sliding window (attention.h); 0: full causal attention
+  float scale = 0;         // score scale; 0: 1/sqrt(HS)
+  bool qk_norm = false;    // Gemma 3: RMSNorm over each head's HS dims of q and k
+  float norm_eps = 1e-6f;  // of the q/k norms
+  float norm_weight_offset = 0;  // of the q/k norms (see Norm)
 };
 
 // The parts of the fused q/k/v projection.
@@ -58,6 +65,7 @@ struct AttentionActs {
   Tensor v;    // (N, NKV_local*HS) (training)
   Tensor att;  // (N, NH_local*HS) attention output before o_proj
   Tensor lse;  // (B, NH_local, T) (training)
+  Tensor q_rstd, k_rstd;  // (N, NH_local) and (N, NKV_local): the q/k norms' (qk_norm only)
 };
 
 class ParallelAttention {
@@ -73,6 +81,11 @@ class ParallelAttention {
   int kv_copies() const { return qkv_.part_copies(kPartK); }
 
   ColumnParallelLinear& qkv() { return qkv_; }
+  // The q and k norms' weights (HS) and gradients, Replicated (qk_norm only; else empty).
+  Tensor& q_norm_weight() { return q_norm_w_; }
+  Tensor& k_norm_weight() { return k_norm_w_; }
+  Tensor& q_norm_grad() { return q_norm_g_; }
+  Tensor& k_norm_grad() { return k_norm_g_; }
   RowParallelLinear& o() { return o_; }
   const RowParallelLinear& o() const { return o_; }
   int64_t weight_bytes() const;
@@ -92,11 +105,19 @@ class ParallelAttention {
                 const AttentionActs& acts, Communicator& tp, Communicator* kv_group);
 
  private:
+  // q (N, n_heads HS) at stride `stride` -> out (N, n_heads, HS) normalised per head (rstd (N,
+  // n_heads)); and its backward into d_in (strided like the input; accumulates), d_weight too.
+  void head_norm_forward(float* out, float* rstd, const float* in, int64_t stride, const Tensor& w, int64_t N,
+                         int64_t n_heads) const;
+  void head_norm_backward(float* d_in, float* d_weight, const float* d_out, const float* in, int64_t stride,
+                          const Tensor& w, const float* rstd, int64_t N, int64_t n_heads) const;
+
   AttentionShape shape_;
   const RopeTable* rope_;
   HeadRange heads_;
   ColumnParallelLinear qkv_;
   RowParallelLinear o_;
+  Tensor q_norm_w_, k_norm_w_, q_norm_g_, k_norm_g_;  // (HS) each, qk_norm only
 };
 
 // Rows per rank of the o_proj input (q heads x HS), tiling [0, NH*HS).

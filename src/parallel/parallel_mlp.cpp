@@ -11,7 +11,7 @@ namespace {
 
 std::vector<ColumnPart> in_parts(int64_t ffn, MlpKind kind, const std::vector<Range>& ranges) {
   std::vector<ColumnPart> parts{ColumnPart{ffn, ranges}};
-  if (kind == MlpKind::kSwiGlu) parts.push_back(ColumnPart{ffn, ranges});
+  if (kind != MlpKind::kGeluTanh) parts.push_back(ColumnPart{ffn, ranges});
   return parts;
 }
 
@@ -45,6 +45,8 @@ void ParallelMlp::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpAc
   in_.forward(eng, pre, x);
   if (kind_ == MlpKind::kSwiGlu)
     swiglu_rows_forward(h.data<float>(), pre.data<float>(), N, Fl);
+  else if (kind_ == MlpKind::kGeGlu)
+    geglu_rows_forward(h.data<float>(), pre.data<float>(), N, Fl);
   else
     gelu_tanh_forward(h.data<float>(), pre.data<float>(), N * Fl);
   down_.forward(eng, out, h, tp);
@@ -64,6 +66,8 @@ void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
   Tensor d_pre = Tensor::zeros(pre.shape(), DType::kF32);
   if (kind_ == MlpKind::kSwiGlu)
     swiglu_rows_backward(d_pre.data<float>(), d_h.data<float>(), pre.data<float>(), N, Fl);
+  else if (kind_ == MlpKind::kGeGlu)
+    geglu_rows_backward(d_pre.data<float>(), d_h.data<float>(), pre.data<float>(), N, Fl);
   else
     gelu_tanh_backward(d_pre.data<float>(), d_h.data<float>(), pre.data<float>(), N * Fl);
   in_.backward(eng, d_x, d_pre, x, tp);

@@ -1,6 +1,6 @@
 // ParallelMlp: the feed-forward block split over the ffn dim. SwiGLU (Llama family): gate and up
 // fused into one column-parallel GEMM (this rank's output row: [gate F_local | up F_local]),
-// silu(gate) * up, down row-parallel. GELU (GPT-2): c_fc column-parallel with bias, gelu_tanh,
+// silu(gate) * up, down row-parallel; GeGLU (Gemma) the same with gelu_tanh(gate). GELU (GPT-2): c_fc column-parallel with bias, gelu_tanh,
 // c_proj row-parallel with bias. One all-reduce forward (after down), one backward (the input
 // gradient). Input and output Replicated (N, C).
 #pragma once
@@ -17,10 +17,10 @@
 
 namespace tensorpar {
 
-enum class MlpKind : uint8_t { kSwiGlu, kGeluTanh };
+enum class MlpKind : uint8_t { kSwiGlu, kGeluTanh, kGeGlu };
 
 // Kept for backward (training) or scratch (inference; buffers only grow): `pre` is the column
-// layer's output, (N, 2 F_local) [gate | up] for SwiGLU or (N, F_local) for GELU; `h` (N,
+// layer's output, (N, 2 F_local) [gate | up] for SwiGLU and GeGLU or (N, F_local) for GELU; `h` (N,
 // F_local) the activation fed to down.
 struct MlpActs {
   Tensor pre, h;
@@ -35,7 +35,7 @@ class ParallelMlp {
   MlpKind kind() const { return kind_; }
   int64_t ffn_local() const { return ffn_range().size(); }
   Range ffn_range() const { return in_.part_range(0); }
-  // SwiGLU: parts 0 = gate_proj, 1 = up_proj; GELU: part 0 = c_fc.
+  // SwiGLU, GeGLU: parts 0 = gate_proj, 1 = up_proj; GELU: part 0 = c_fc.
   ColumnParallelLinear& in() { return in_; }
   RowParallelLinear& down() { return down_; }  // down_proj / c_proj
   int64_t weight_bytes() const;

@@ -40,16 +40,25 @@ void read_into(const ShardedCheckpointReader& r, const std::string& name, const 
 }  // namespace
 
 void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
-                     AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault) {
+                     AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault,
+                     Communicator* pp) {
   const std::string name = "step-" + std::to_string(step);
   const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
-  if (tp.rank() == 0) {
+  const int n_stages = pp ? pp->size() : 1, stage = pp ? pp->rank() : 0;
+  const int file = tp.rank() + tp.size() * stage, n_files = tp.size() * n_stages;
+  const bool lead = file == 0;
+  // Every rank of tp x pp: within each stage, then over the stages, then back to each stage.
+  auto barrier = [&] {
+    tp.barrier();
+    if (pp) pp->barrier(), tp.barrier();
+  };
+  if (lead) {
     fs::create_directories(root);
     std::error_code ec;
     fs::remove_all(tmp, ec);  // the leftovers of a crashed save of the same step
     fs::create_directories(tmp);
   }
-  tp.barrier();
+  barrier();
   std::vector<ShardedTensor> pieces;
   for (const ParamShard& p : params) {
     if (p.shard_dim < 0 && tp.rank() != 0) continue;
@@ -59,19 +68,20 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
     pieces.push_back(piece_of("exp_avg/", p, s.exp_avg));
     pieces.push_back(piece_of("exp_avg_sq/", p, s.exp_avg_sq));
   }
-  write_checkpoint_shard(tmp + "/" + checkpoint_shard_file(tp.rank(), tp.size()), pieces);
-  tp.barrier();
-  if (tp.rank() == 0) {
+  write_checkpoint_shard(tmp + "/" + checkpoint_shard_file(file, n_files), pieces);
+  barrier();
+  if (lead) {
     TP_CHECK(fault.fail_at != 1, "[save_checkpoint] injected fault after the shard files of ",
              name);
     state["step"] = step;
     state["optimizer_steps"] = opt.steps();
     state["tp"] = tp.size();
-    write_checkpoint_index(tmp, tp.size(), state);
+    state["pp"] = n_stages;
+    write_checkpoint_index(tmp, n_files, state);
     TP_CHECK(fault.fail_at != 2, "[save_checkpoint] injected fault after the index of ", name);
     publish_checkpoint_dir(tmp, root, name);
   }
-  tp.barrier();
+  barrier();
 }
 
 nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,

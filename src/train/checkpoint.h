@@ -22,12 +22,13 @@ struct SaveFault {
   int fail_at = 0;
 };
 
-// Collective over tp. Writes <root>/step-<step> (via <root>/.tmp-step-<step>) and points
-// <root>/latest at it. `state` (JSON) is stored in the index under "state" with "step",
-// "optimizer_steps" and "tp" added.
+// Collective over tp (and pp: a pipeline's stages, each with its own parameters, write one file
+// per (pp, tp) rank; loading finds tensors by name, so any other tp x pp reads them). Writes
+// <root>/step-<step> (via <root>/.tmp-step-<step>) and points <root>/latest at it. `state`
+// (JSON) is stored in the index under "state" with "step", "optimizer_steps", "tp" and "pp" added.
 void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
                      AdamW& opt, Communicator& tp, nlohmann::json state,
-                     const SaveFault& fault = {});
+                     const SaveFault& fault = {}, Communicator* pp = nullptr);
 
 // Reads this rank's slice of every parameter (and, with opt, its moments and step count) from
 // the checkpoint `path` names (a step directory, or a root with `latest`). Returns the state.

@@ -44,7 +44,7 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
   return min_lr + float(0.5 * (1.0 + std::cos(M_PI * progress))) * (lr - min_lr);
 }
 
-double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp) {
+double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp) {
   double local = 0;
   for (const ParamShard& p : params) {
     if (!p.grad || p.grad->numel() == 0) continue;
@@ -60,11 +60,18 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp)
   tp.all_gather(&local, all.data(), int64_t(sizeof(double)), DType::kU8);
   double total = 0;
   for (double x : all) total += x;
+  if (pp && pp->size() > 1) {
+    std::vector<double> stages(size_t(pp->size()));
+    pp->all_gather(&total, stages.data(), int64_t(sizeof(double)), DType::kU8);
+    total = 0;
+    for (double x : stages) total += x;
+  }
   return std::sqrt(total);
 }
 
-double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm) {
-  const double norm = global_grad_norm(params, tp);
+double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
+                      Communicator* pp) {
+  const double norm = global_grad_norm(params, tp, pp);
   TP_CHECK(std::isfinite(norm), "[clip_grad_norm] gradient norm is ", norm, " on rank ", tp.rank(),
            " (a NaN/Inf gradient; lower the learning rate)");
   if (max_norm > 0 && norm > max_norm) {

@@ -46,10 +46,13 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
 
 // The global L2 norm of every gradient across the TP group: each shard's sum of squares is
 // weighted 1 / copies (Replicated shards and kv shards held by several ranks count once), the
-// per-rank sums are gathered and added in rank order (identical on every rank). Collective.
-double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp);
+// per-rank sums are gathered and added in rank order (identical on every rank). With pp (a
+// pipeline group), the stages' sums are then gathered and added in stage order: the norm of the
+// whole model. Collective over tp (and pp).
+double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp = nullptr);
 
 // Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before.
-double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm);
+double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
+                      Communicator* pp = nullptr);
 
 }  // namespace tensorpar

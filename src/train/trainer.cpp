@@ -14,8 +14,10 @@ namespace {
 constexpr uint64_t kTrainStream = 0, kValStream = 1;
 }
 
-Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp)
-    : model_(model), corpus_(corpus), o_(opt), dp_(dp), opt_(opt.adam) {
+Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp,
+                 Pipeline* pipeline)
+    : model_(model), corpus_(corpus), o_(opt), dp_(dp), pipeline_(pipeline), opt_(opt.adam) {
+  TP_CHECK(!pipeline_ || &pipeline_->model() == &model, "[Trainer] the pipeline runs another model");
   if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
   if (o_.micro_batch <= 0) o_.micro_batch = std::max<int64_t>(1, o_.batch / dp_size_);
   TP_CHECK(o_.batch >= 1 && o_.batch % (o_.micro_batch * dp_size_) == 0, "[Trainer] batch ", o_.batch,
@@ -25,10 +27,13 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
            corpus.train.size(), " tokens, too few for seq ", o_.seq);
   model_.set_train_compute(o_.compute);
+  if (pipeline_) pipeline_->sync_tied_weights();
 }
 
+std::vector<ParamShard> Trainer::parameters() { return pipeline_ ? pipeline_->parameters() : model_.parameters(); }
+
 std::string Trainer::resume(const std::string& path) {
-  const nlohmann::json state = load_checkpoint(path, model_.parameters(), &opt_);
+  const nlohmann::json state = load_checkpoint(path, parameters(), &opt_);
   if (state.contains("config") || state.contains("config_interleaved_rope")) {
     // Same tensor names and shapes, but GGUF llama q/k rows only fit interleaved RoPE.
     const ModelConfig saved = stored_model_config(state, path);
@@ -61,15 +66,28 @@ StepLog Trainer::train_step() {
   model_.zero_grad();
   double loss = 0;
   Tensor x, y;
-  for (int64_t m = dp_rank_; m < n_micro; m += dp_size_) {
-    sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
-                   uint64_t(step_ * n_micro + m));
-    loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
+  if (pipeline_) {
+    // This DP rank's micro-batches m = dp_rank + i * dp, through the stages in 1F1B order.
+    const int64_t mine = (n_micro - dp_rank_ + dp_size_ - 1) / dp_size_;
+    loss = pipeline_->forward_backward(
+        mine,
+        [&](int64_t i, Tensor& tokens, Tensor& targets) {
+          sample_windows(tokens, targets, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
+                         uint64_t(step_ * n_micro + dp_rank_ + i * dp_size_));
+        },
+        1.0f / float(n_micro));
+  } else {
+    for (int64_t m = dp_rank_; m < n_micro; m += dp_size_) {
+      sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
+                     uint64_t(step_ * n_micro + m));
+      loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
+    }
   }
-  std::vector<ParamShard> params = model_.parameters();
+  std::vector<ParamShard> params = parameters();
   if (dp_size_ > 1) reduce_over_dp(params, loss);
+  if (pipeline_) pipeline_->reduce_tied_grads();
   StepLog log;
-  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip);
+  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pipeline_ ? &pipeline_->pp() : nullptr);
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
   opt_.step(params, log.lr);
   ++step_;
@@ -93,9 +111,17 @@ float Trainer::evaluate() {
   if (corpus_.val.size() <= size_t(o_.seq + 1)) return NAN;
   double sum = 0;
   Tensor x, y;
-  for (int64_t i = dp_rank_; i < o_.eval_batches; i += dp_size_) {
-    sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i));
-    sum += model_.forward_loss(x, y);
+  if (pipeline_) {
+    const int64_t mine = (o_.eval_batches - dp_rank_ + dp_size_ - 1) / dp_size_;
+    sum = pipeline_->forward_loss(mine, [&](int64_t i, Tensor& tokens, Tensor& targets) {
+      sample_windows(tokens, targets, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream,
+                     uint64_t(dp_rank_ + i * dp_size_));
+    });
+  } else {
+    for (int64_t i = dp_rank_; i < o_.eval_batches; i += dp_size_) {
+      sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i));
+      sum += model_.forward_loss(x, y);
+    }
   }
   if (dp_size_ > 1) {
     float f = float(sum);
@@ -112,7 +138,9 @@ void Trainer::save(const SaveFault& fault) {
   store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;
   state["schedule"] = {{"lr", o_.lr}, {"min_lr", o_.min_lr}, {"warmup", o_.warmup}, {"steps", o_.steps}};
-  save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault);
+  // A tied head's copy on the last stage is not saved: the first stage's embedding is the tensor.
+  save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault,
+                  pipeline_ ? &pipeline_->pp() : nullptr);
 }
 
 void Trainer::run(const std::function<void(const StepLog&)>& on_step) {

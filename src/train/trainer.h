@@ -4,7 +4,9 @@
 // parallel group (dp, ranks holding the same TP shard), DP rank r runs micro-batches r, r + dp,
 // ... of each step and the gradients are summed over dp before clipping, so every replica takes
 // the same optimizer step as one TP group running all micro-batches (up to summation order);
-// DP rank 0's TP group writes the checkpoints.
+// DP rank 0's TP group writes the checkpoints. With a Pipeline (pipeline.h), this rank is one
+// stage: its micro-batches run in the 1F1B order over the stages, the gradient norm is taken over
+// tp x pp, and every stage logs the loss the last stage computed.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/optimizer.h"
+#include "train/pipeline.h"
 
 namespace tensorpar {
 
@@ -51,8 +54,10 @@ struct StepLog {
 
 class Trainer {
  public:
-  // dp: the data-parallel group of this rank (null: no data parallelism); outlives the trainer.
-  Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp = nullptr);
+  // dp: the data-parallel group of this rank (null: no data parallelism); pipeline: this rank's
+  // stage (null: the model is whole). Both outlive the trainer.
+  Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp = nullptr,
+          Pipeline* pipeline = nullptr);
 
   // Loads parameters, moments and the step from a checkpoint (any TP size). Collective. The
   // learning rate follows this run's options (--steps sets the cosine's length, so resuming with
@@ -72,11 +77,14 @@ class Trainer {
  private:
   // Sums every gradient (and `loss`) over the DP group.
   void reduce_over_dp(std::vector<ParamShard>& params, double& loss);
+  // The parameters the optimizer steps (a pipeline's include a tied head's copy).
+  std::vector<ParamShard> parameters();
 
   CausalLM& model_;
   const TokenCorpus& corpus_;
   TrainOptions o_;
   Communicator* dp_;
+  Pipeline* pipeline_;
   int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
   int64_t step_ = 0;

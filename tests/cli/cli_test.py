@@ -397,6 +397,41 @@ class Output(Workdir):
         self.assertFalse(line.startswith("error: [launch_ranks]"), line)
 
 
+class Pipeline(CliCase):
+    """`train --pp`: the losses of a pipeline equal those of the whole model on one rank, and its
+    checkpoint resumes at another tp x pp."""
+
+    ARGS = ["train", "--arch", "llama", "--layers", "3", "--hidden", "32", "--heads", "2", "--seq", "32",
+            "--vocab-from", str(TOKENIZER), "--data", str(TEXT), "--threads-per-rank", "1", "--batch", "8",
+            "--micro-batch", "2", "--lr", "3e-3", "--warmup", "1", "--json"]
+
+    def losses(self, r):
+        self.assert_ok(r)
+        return [json.loads(l)["loss"] for l in lines(r.stdout)]
+
+    def test_pp_losses_equal_the_whole_model_and_resume_at_another_shape(self):
+        tmp = Path(tempfile.mkdtemp(prefix="tensorpar-pp-"))
+        try:
+            whole = self.losses(run([*self.ARGS, "--steps", "3"]))
+            self.assertEqual(len(whole), 3)
+            r = run([*self.ARGS, "--steps", "3", "--pp", "3"])
+            self.assertIn("pp 3", r.stderr)
+            for got, want in zip(self.losses(r), whole):
+                self.assertAlmostEqual(got, want, delta=1e-5 * abs(want))
+            r = run([*self.ARGS, "--steps", "2", "--tp", "2", "--pp", "2", "--pp-layers", "1,2",
+                      "--out", tmp / "run"])
+            for got, want in zip(self.losses(r), whole[:2]):
+                self.assertAlmostEqual(got, want, delta=1e-5 * abs(want))
+            r = run(["train", "--resume", tmp / "run", "--steps", "3", "--pp", "3",
+                     "--threads-per-rank", "1", "--json"])
+            (third,) = self.losses(r)
+            self.assertAlmostEqual(third, whole[2], delta=1e-5 * abs(whole[2]))
+            r = run([*self.ARGS, "--steps", "1", "--pp", "2", "--pp-layers", "1,1"])
+            self.assert_fails(r, "--pp-layers 1,1", "sums to 2", "3 layers", only_line=False)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class Docs(Workdir):
     """Every command line the README and scripts/demo.sh show uses flags the binary has; the
     README's demo transcript is what scripts/demo.sh prints."""

@@ -145,5 +145,35 @@ TEST(Activations, SwigluRowsMatchTheFormulaOnFusedRows) {
   }
 }
 
+// GeGLU (Gemma): gelu_tanh(gate) * up on fused rows, against the tanh formula in double and
+// its finite-difference gradient.
+TEST(Activations, GegluRowsMatchTheTanhFormulaAndFiniteDifferences) {
+  TP_SEED_TRACE();
+  Rng rng(5);
+  auto gelu = [](double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); };
+  for (const auto& [rows, F] : {std::pair<int64_t, int64_t>{1, 9}, {3, 5}, {40, 1000}}) {
+    const auto gu = rng.uniform_vec(size_t(rows * 2 * F), -4, 4);
+    const auto dy = rng.uniform_vec(size_t(rows * F));
+    const auto gud = testing::to_double(gu), dyd = testing::to_double(dy);
+    auto ref = [&](const std::vector<double>& x) {
+      std::vector<double> out(size_t(rows * F));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < F; ++i)
+          out[size_t(r * F + i)] = gelu(x[size_t(r * 2 * F + i)]) * x[size_t(r * 2 * F + F + i)];
+      return out;
+    };
+    const std::string what = "rows=" + std::to_string(rows) + " F=" + std::to_string(F);
+    auto out = nan_vec(size_t(rows * F));
+    geglu_rows_forward(out.data(), gu.data(), rows, F);
+    expect_close(out, ref(gud), 1e-6, 1e-5, "geglu rows out " + what);
+    if (rows * F > 64) continue;  // finite differences are O(N^2)
+    const auto want = testing::numeric_grad([&](const std::vector<double>& x) { return testing::weighted_sum(ref(x), dyd); }, gud);
+    const auto dgu0 = rng.uniform_vec(gu.size());
+    auto dgu = dgu0;
+    geglu_rows_backward(dgu.data(), dy.data(), gu.data(), rows, F);
+    expect_close(dgu, testing::plus(dgu0, want), 1e-5, 1e-4, "geglu rows d_gate_up " + what);
+  }
+}
+
 }  // namespace
 }  // namespace tensorpar

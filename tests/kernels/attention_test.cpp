@@ -34,7 +34,9 @@ std::vector<double> ref_attention(const std::vector<double>& q, const std::vecto
         const int64_t g = h / group;
         const double* qr = q.data() + ((b * d.T + t) * d.NH + h) * d.HS;
         std::vector<double> s;
-        for (int64_t j = 0; j <= d.pos0 + t; ++j) {
+        // A sliding window keeps the keys at distance < window from the query's position.
+        const int64_t j0 = d.window > 0 ? std::max<int64_t>(0, d.pos0 + t - d.window + 1) : 0;
+        for (int64_t j = j0; j <= d.pos0 + t; ++j) {
           const double* kr = k.data() + ((b * Tk + j) * d.NKV + g) * d.HS;
           double dot = 0;
           for (int64_t i = 0; i < d.HS; ++i) dot += qr[i] * kr[i];
@@ -46,7 +48,7 @@ std::vector<double> ref_attention(const std::vector<double>& q, const std::vecto
         double* o = out.data() + ((b * d.T + t) * d.NH + h) * d.HS;
         for (size_t j = 0; j < s.size(); ++j) {
           const double p = std::exp(s[j] - m) / z;
-          const double* vr = v.data() + ((b * Tk + static_cast<int64_t>(j)) * d.NKV + g) * d.HS;
+          const double* vr = v.data() + ((b * Tk + j0 + static_cast<int64_t>(j)) * d.NKV + g) * d.HS;
           for (int64_t i = 0; i < d.HS; ++i) o[i] += p * vr[i];
         }
         if (lse) (*lse)[static_cast<size_t>((b * d.NH + h) * d.T + t)] = m + std::log(z);
@@ -55,8 +57,9 @@ std::vector<double> ref_attention(const std::vector<double>& q, const std::vecto
 }
 
 AttentionDims dims(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, int64_t pos0 = 0,
-                   int64_t T_kv = 0) {
+                   int64_t T_kv = 0, int64_t window = 0) {
   AttentionDims d;
+  d.window = window;
   d.B = B;
   d.T = T;
   d.NH = NH;
@@ -70,7 +73,8 @@ AttentionDims dims(int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS, in
 std::string describe(const AttentionDims& d) {
   return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " NH=" + std::to_string(d.NH) +
          " NKV=" + std::to_string(d.NKV) + " HS=" + std::to_string(d.HS) +
-         " pos0=" + std::to_string(d.pos0) + " T_kv=" + std::to_string(d.T_kv);
+         " pos0=" + std::to_string(d.pos0) + " T_kv=" + std::to_string(d.T_kv) +
+         " window=" + std::to_string(d.window);
 }
 
 struct Inputs {
@@ -102,6 +106,14 @@ TEST(Attention, ForwardMatchesDoubleFormula) {
       dims(2, 7, 6, 2, 8, 26, 40),    // chunked prefill after 26 cached tokens
       dims(1, 1, 4, 2, 8, 600, 700),  // decode over a long cache: keys split, partials merged
       dims(2, 5, 6, 3, 8, 700, 720),  // short chunk over a long cache, batched, split
+      // Sliding windows: inside one key tile, across tiles and query blocks, with a cache
+      // offset, and split decode over a long cache.
+      dims(2, 7, 4, 2, 8, 0, 0, 3),
+      dims(1, 150, 2, 1, 8, 0, 0, 70),
+      dims(2, 7, 6, 2, 8, 26, 40, 10),
+      dims(1, 1, 4, 2, 8, 600, 700, 300),
+      dims(2, 5, 6, 3, 8, 700, 720, 17),
+      dims(1, 40, 2, 1, 4, 0, 0, 1),  // window 1: each query sees itself only
   };
   if (!testing::kSanitized) cases.push_back(dims(1, 577, 2, 1, 16));
   using Fn =
@@ -178,6 +190,9 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
       dims(1, 4, 2, 2, 5),                               // MHA
       dims(1, 3, 4, 2, 4, 5, 10),   // cache offset with spare rows: rows >= 8 must stay untouched
       dims(1, 70, 1, 1, 2, 3, 80),  // more than one key tile (64) and query block (16)
+      dims(2, 6, 4, 2, 3, 0, 0, 2),     // sliding window
+      dims(1, 80, 1, 1, 2, 0, 0, 20),   // sliding window across key tiles and query blocks
+      dims(1, 5, 2, 1, 3, 4, 12, 3),    // sliding window after cached tokens
   };
   for (const auto& d : cases) {
     const auto in = random_inputs(rng, d);
@@ -230,7 +245,9 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   // from the reference probabilities (finite differences would be too slow here).
   TP_SEED_TRACE();
   Rng rng(4);
-  const auto d = testing::kSanitized ? dims(1, 24, 4, 2, 8) : dims(2, 150, 6, 2, 16, 30, 200);
+  for (const int64_t window : {int64_t(0), int64_t(37)}) {
+  auto d = testing::kSanitized ? dims(1, 24, 4, 2, 8) : dims(2, 150, 6, 2, 16, 30, 200);
+  d.window = window;
   const auto in = random_inputs(rng, d);
   const auto dy = rng.uniform_vec(in.q.size());
   // Double-precision gradient: directional check along a random direction for each input,
@@ -273,6 +290,7 @@ TEST(Attention, BackwardOnLargerSizesMatchesDoubleGradient) {
   expect_close(dq, nq, 1e-5, 1e-4, "tiled vs naive d_q");
   expect_close(dk, nk, 1e-5, 1e-4, "tiled vs naive d_k");
   expect_close(dv, nv, 1e-5, 1e-4, "tiled vs naive d_v");
+  }
 }
 
 TEST(Attention, CustomScaleAndEmptySizes) {

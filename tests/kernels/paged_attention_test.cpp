@@ -47,9 +47,9 @@ Batch make_batch(const std::vector<std::pair<int64_t, int64_t>>& spec, std::vect
   return b;
 }
 
-PagedAttentionDims dims() {
+PagedAttentionDims dims(int64_t window = 0) {
   PagedAttentionDims d;
-  d.NH = NH, d.NKV = NKV, d.HS = HS, d.block_size = BS;
+  d.NH = NH, d.NKV = NKV, d.HS = HS, d.block_size = BS, d.window = window;
   return d;
 }
 
@@ -64,9 +64,12 @@ TEST(PagedAttention, MatchesNaive) {
   Batch b = make_batch({{0, 9}, {13, 1}, {5, 3}, {30, 1}, {0, 1}}, pool);
   std::vector<float> q = rng.uniform_vec(size_t(b.rows * NH * HS));
   std::vector<float> got(q.size(), NAN), want(q.size(), NAN);
-  paged_attention_forward(got.data(), q.data(), k.data(), v.data(), b.seqs, dims());
-  paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), b.seqs, dims());
-  EXPECT_LE(testing::max_abs_diff(got, want), 1e-5);
+  // Sliding windows (Gemma's local layers): shorter than, equal to and longer than the rows.
+  for (int64_t window : {0, 1, 4, 9, 100}) {
+    paged_attention_forward(got.data(), q.data(), k.data(), v.data(), b.seqs, dims(window));
+    paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), b.seqs, dims(window));
+    EXPECT_LE(testing::max_abs_diff(got, want), 1e-5) << "window " << window;
+  }
 }
 
 // The server's shapes: 16- and 32-token blocks (the 16-lane transposed score path), head sizes
@@ -75,8 +78,9 @@ TEST(PagedAttention, MatchesNaiveAtServingShapes) {
   Rng rng(13);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   for (int64_t bs : {16, 32})
-    for (int64_t hs : {64, 80}) {
-      SCOPED_TRACE("block " + std::to_string(bs) + " HS " + std::to_string(hs));
+    for (int64_t hs : {64, 80})
+    for (int64_t window : {0, 37, 16}) {
+      SCOPED_TRACE("block " + std::to_string(bs) + " HS " + std::to_string(hs) + " window " + std::to_string(window));
       const int64_t n_blocks = 40;
       std::vector<float> k = rng.uniform_vec(size_t(n_blocks * bs * NKV * hs)), v = rng.uniform_vec(k.size());
       std::vector<int32_t> pool(n_blocks);
@@ -101,7 +105,7 @@ TEST(PagedAttention, MatchesNaiveAtServingShapes) {
         ++i;
       }
       PagedAttentionDims d;
-      d.NH = NH, d.NKV = NKV, d.HS = hs, d.block_size = bs;
+      d.NH = NH, d.NKV = NKV, d.HS = hs, d.block_size = bs, d.window = window;
       std::vector<float> q = rng.uniform_vec(size_t(rows * NH * hs));
       std::vector<float> got(q.size(), NAN), want(q.size(), NAN), alone(q.size(), NAN);
       paged_attention_forward(got.data(), q.data(), k.data(), v.data(), seqs, d);
@@ -118,6 +122,8 @@ TEST(PagedAttention, MatchesNaiveAtServingShapes) {
 }
 
 TEST(PagedAttention, BatchAndChunkInvariant) {
+  for (int64_t window : {0, 6}) {
+  SCOPED_TRACE("window " + std::to_string(window));
   Rng rng(12);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   const int64_t n_blocks = 64, T = 23;
@@ -129,7 +135,7 @@ TEST(PagedAttention, BatchAndChunkInvariant) {
   Batch alone = make_batch({{0, T}}, pool);
   std::vector<float> q = rng.uniform_vec(size_t(T * NH * HS));
   std::vector<float> ref(q.size(), NAN);
-  paged_attention_forward(ref.data(), q.data(), k.data(), v.data(), alone.seqs, dims());
+  paged_attention_forward(ref.data(), q.data(), k.data(), v.data(), alone.seqs, dims(window));
   const int64_t row = NH * HS;
   // Its rows in chunks [0, 5), [5, 6), [6, 23), each batched after another sequence's rows.
   for (auto [c0, c1] : std::vector<std::pair<int64_t, int64_t>>{{0, 5}, {5, 6}, {6, T}}) {
@@ -141,9 +147,10 @@ TEST(PagedAttention, BatchAndChunkInvariant) {
     std::vector<float> qb = rng.uniform_vec(size_t((b.rows + s.T) * row));
     std::copy(q.begin() + c0 * row, q.begin() + c1 * row, qb.begin() + b.rows * row);
     std::vector<float> out(qb.size(), NAN);
-    paged_attention_forward(out.data(), qb.data(), k.data(), v.data(), b.seqs, dims());
+    paged_attention_forward(out.data(), qb.data(), k.data(), v.data(), b.seqs, dims(window));
     EXPECT_EQ(0, std::memcmp(out.data() + b.rows * row, ref.data() + c0 * row, size_t(s.T * row) * sizeof(float)))
         << "rows [" << c0 << ", " << c1 << ")";
+  }
   }
 }
 

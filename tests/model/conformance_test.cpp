@@ -70,6 +70,10 @@ const std::vector<Case>& cases() {
       {"llama_odd", model_fixture("llama_odd"), "logits.bin", "tokens.txt", "greedy.txt", 1e-4},
       {"qwen2_bias", model_fixture("qwen2_bias"), "logits.bin", "tokens.txt", "greedy.txt", 1e-4},
       {"gpt2", model_fixture("gpt2"), "logits.bin", "tokens.txt", "greedy.txt", 1e-4},
+      // Gemma 3 (tools/make_gemma3_fixtures.py): sliding-window local layers, q/k norms, GeGLU,
+      // four norms per layer, soft-capped logits; one kv head replicated at tp > 1.
+      {"gemma3_tiny", model_fixture("gemma3_tiny"), "logits.bin", "tokens.txt", "greedy.txt", 1e-4},
+      {"gemma3_pattern", model_fixture("gemma3_pattern"), "logits.bin", "tokens.txt", "greedy.txt", 1e-4},
       // GGUF: the reference is transformers on exactly the dequantized weights; we compute with
       // the same weights (f16 -> f32; q4_1/q8_0 kept quantized, f32 activations).
       {"llama_gqa_gguf", model_fixture("llama_gqa_gguf/model-f16.gguf"), "logits-f16.bin", "tokens.txt",
@@ -100,7 +104,7 @@ TEST_P(Conformance, LogitsAndGreedyAtTp1To4) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::Range<size_t>(0, 6), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::Range<size_t>(0, 8), [](const auto& info) {
   const Case& c = cases()[info.param];
   std::string n = std::filesystem::path(c.model).filename().string();
   for (char& ch : n)

@@ -1,5 +1,5 @@
 // Model training conformance: loss and every parameter gradient of one batch against PyTorch's
-// (tools/make_fixtures.py: grads.safetensors, train.json) for llama_gqa and gpt2 at TP 1..4,
+// (tools/make_fixtures.py: grads.safetensors, train.json) for llama_gqa, gpt2 and gemma3_tiny at TP 1..4,
 // per-tensor ||a - b|| / ||b|| <= 1e-4; Replicated gradients bitwise equal on every rank; a
 // fresh init_model is the same at every TP size.
 #include <gtest/gtest.h>
@@ -65,7 +65,7 @@ TEST_P(Gradients, MatchPyTorchAtTp1To4) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, Gradients, ::testing::Values("llama_gqa", "gpt2"));
+INSTANTIATE_TEST_SUITE_P(Models, Gradients, ::testing::Values("llama_gqa", "gpt2", "gemma3_tiny"));
 
 // init_model draws every full matrix and slices it: the same parameters (and loss) at any TP.
 TEST(InitModel, SameAtEveryTpSize) {

@@ -150,4 +150,44 @@ void swiglu_rows_backward(float* d_gate_up, const float* d_out, const float* gat
   }
 }
 
+namespace {
+
+TP_VECTOR_CLONES void geglu_fwd(float* out, const float* gate, const float* up, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = x * fast_sigmoid(2.0f * kSqrt2OverPi * (x + kGeluCoeff * x * x * x)) * up[i];
+  }
+}
+
+TP_VECTOR_CLONES void geglu_bwd(float* d_gate, float* d_up, const float* d_out, const float* gate, const float* up,
+                                int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    const float s = fast_sigmoid(2.0f * kSqrt2OverPi * (x + kGeluCoeff * x * x * x));
+    const float du = 2.0f * kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x * x);
+    d_gate[i] += (s + x * s * (1.0f - s) * du) * up[i] * d_out[i];
+    d_up[i] += x * s * d_out[i];
+  }
+}
+
+}  // namespace
+
+void geglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
+  TP_CHECK(rows >= 0 && F >= 0, "[geglu_rows_forward] sizes: got rows=", rows, " F=", F);
+#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) geglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+}
+
+void geglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows, int64_t F) {
+  TP_CHECK(rows >= 0 && F >= 0, "[geglu_rows_backward] sizes: got rows=", rows, " F=", F);
+#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* d = d_gate_up + r * 2 * F;
+    const float* g = gate_up + r * 2 * F;
+    geglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
+  }
+}
+
 }  // namespace tensorpar

@@ -1,5 +1,6 @@
 // Pointwise activations and their gradients: GELU (tanh approximation, GPT-2's "gelu_new", and
-// the exact erf form), SiLU, and SwiGLU (out = silu(gate) * up, gate and up as separate inputs).
+// the exact erf form), SiLU, SwiGLU (out = silu(gate) * up, gate and up as separate inputs) and
+// GeGLU (out = gelu_tanh(gate) * up, Gemma's MLP).
 #pragma once
 
 #include <cstdint>
@@ -31,5 +32,10 @@ void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float
 void swiglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F);
 void swiglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows,
                           int64_t F);
+// GeGLU over the same fused rows: out (rows, F) = gelu_tanh(gate) * up; d_gate_up (rows, 2F)
+// accumulates gelu_tanh'(gate) * up * d_out and gelu_tanh(gate) * d_out.
+void geglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F);
+void geglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows,
+                         int64_t F);
 
 }  // namespace tensorpar

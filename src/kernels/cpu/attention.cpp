@@ -42,8 +42,19 @@ AttentionDims resolve(const AttentionDims& in, const char* where) {
            ", expected NH a multiple of NKV");
   TP_CHECK(d.T_kv >= d.pos0 + d.T, "[", where, "] kv rows: got T_kv=", d.T_kv,
            ", expected >= pos0 + T = ", d.pos0 + d.T);
+  TP_CHECK(d.window >= 0, "[", where, "] window: got ", d.window, ", expected >= 0 (0: no window)");
   if (d.scale == 0) d.scale = 1.0f / std::sqrt(static_cast<float>(d.HS));
   return d;
+}
+
+// The first key query t sees: 0, or the oldest inside the sliding window. It sees [first, pos0 + t].
+inline int64_t first_key(const AttentionDims& d, int64_t t) {
+  return d.window > 0 ? std::max<int64_t>(0, d.pos0 + t + 1 - d.window) : 0;
+}
+
+// One past the last query that sees key j: T, or the first query whose window has left j behind.
+inline int64_t last_query_end(const AttentionDims& d, int64_t j) {
+  return d.window > 0 ? std::min<int64_t>(d.T, std::max<int64_t>(0, j + d.window - d.pos0)) : d.T;
 }
 
 // D (B,NH,T) = d_out . out per query row: sum_j p_j dP_j, the softmax-backward correction.
@@ -74,25 +85,25 @@ void attention_forward_naive(float* out, float* lse, const float* q, const float
     for (int64_t r = 0; r < rows; ++r) {
       // r = (b, h, t) with t fastest: consecutive rows share a head and its kv rows.
       const int64_t t = r % T, h = (r / T) % NH, b = r / (T * NH);
-      const int64_t n_keys = d.pos0 + t + 1;
+      const int64_t n_keys = d.pos0 + t + 1, j_first = first_key(d, t);
       const float* qr = q + (b * T + t) * q_stride + h * HS;            // (HS)
       const float* kb = k + b * d.T_kv * kv_stride + (h / group) * HS;  // (n_keys) rows
       const float* vb = v + b * d.T_kv * kv_stride + (h / group) * HS;
       float* o = out + (b * T + t) * q_stride + h * HS;  // (HS)
       float m = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < n_keys; ++j) {
+      for (int64_t j = j_first; j < n_keys; ++j) {
         const float s = dot(qr, kb + j * kv_stride, HS) * d.scale;
         p[static_cast<size_t>(j)] = s;
         m = std::max(m, s);
       }
       double sum = 0;
-      for (int64_t j = 0; j < n_keys; ++j) {
+      for (int64_t j = j_first; j < n_keys; ++j) {
         const float e = std::exp(p[static_cast<size_t>(j)] - m);
         p[static_cast<size_t>(j)] = e;
         sum += e;
       }
       std::fill(o, o + HS, 0.0f);
-      for (int64_t j = 0; j < n_keys; ++j)
+      for (int64_t j = j_first; j < n_keys; ++j)
         axpy(o, p[static_cast<size_t>(j)], vb + j * kv_stride, HS);
       const float inv = static_cast<float>(1.0 / sum);
       for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
@@ -149,7 +160,8 @@ TP_VECTOR_CLONES void attention_tile(const float* q, const float* k, const float
   std::fill(m, m + rows, -std::numeric_limits<float>::infinity());
   std::fill(l, l + rows, 0.0f);
   const int64_t n_keys = std::min(key_end, d.pos0 + t1);  // the last query sees [0, pos0 + t1)
-  for (int64_t j0 = key_begin; j0 < n_keys; j0 += kKeyBlock) {
+  // Keys before the first query's window are seen by no query of the block.
+  for (int64_t j0 = std::max(key_begin, first_key(d, t0)); j0 < n_keys; j0 += kKeyBlock) {
     const int64_t jn = std::min(kKeyBlock, n_keys - j0);
     // Few rows (decode): score by dot products straight from the cache; the transpose would
     // cost more than it saves.
@@ -187,18 +199,20 @@ TP_VECTOR_CLONES void attention_tile(const float* q, const float* k, const float
         const int64_t r = r0 + x;
         const int64_t t = t0 + r / group;
         const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);  // causal limit within the tile
-        if (valid <= 0) continue;
-        float* s = sc[x];
+        const int64_t skip = std::max<int64_t>(0, first_key(d, t) - j0);  // keys left of the window
+        if (valid <= skip) continue;
+        float* s = sc[x] + skip;
+        const int64_t n_seen = valid - skip;
         float mt = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mt)
-        for (int64_t j = 0; j < valid; ++j) mt = s[j] > mt ? s[j] : mt;
+        for (int64_t j = 0; j < n_seen; ++j) mt = s[j] > mt ? s[j] : mt;
         const float m_old = m[r];
         const float m_new = std::max(m_old, mt);
         const float alpha =
             fast_exp(m_old - m_new);  // rescales what was summed so far (0 at first)
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j < valid; ++j) {
+        for (int64_t j = 0; j < n_seen; ++j) {
           s[j] = fast_exp(s[j] - m_new);
           sum += s[j];
         }
@@ -207,7 +221,7 @@ TP_VECTOR_CLONES void attention_tile(const float* q, const float* k, const float
         float* acc = acc_all + r * HS;
 #pragma omp simd
         for (int64_t i = 0; i < HS; ++i) acc[i] *= alpha;
-        accumulate_pv(acc, s, vb + j0 * kv_stride, valid, kv_stride, HS);
+        accumulate_pv(acc, s, vb + (j0 + skip) * kv_stride, n_seen, kv_stride, HS);
       }
     }
   }
@@ -321,7 +335,7 @@ void attention_backward_naive(float* d_q, float* d_k, float* d_v, const float* d
       const float* vb = v + b * d.T_kv * kv_stride + (h / group) * HS;
       const float l = lse[r], Dr = D[static_cast<size_t>(r)];
       float* dq = d_q + off;
-      for (int64_t j = 0; j <= d.pos0 + t; ++j) {
+      for (int64_t j = first_key(d, t); j <= d.pos0 + t; ++j) {
         const float p = std::exp(dot(q + off, kb + j * kv_stride, HS) * scale - l);
         const float ds = p * (dot(d_out + off, vb + j * kv_stride, HS) - Dr);
         axpy(dq, scale * ds, kb + j * kv_stride, HS);
@@ -345,7 +359,7 @@ void attention_backward_naive(float* d_q, float* d_k, float* d_v, const float* d
         std::fill(acc_k.begin(), acc_k.end(), 0.0f);
         std::fill(acc_v.begin(), acc_v.end(), 0.0f);
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          for (int64_t t = std::max<int64_t>(0, j - d.pos0); t < T; ++t) {
+          for (int64_t t = std::max<int64_t>(0, j - d.pos0); t < last_query_end(d, j); ++t) {
             const int64_t off = (b * T + t) * q_stride + h * HS;
             const int64_t lr = (b * NH + h) * T + t;
             const float p = std::exp(dot(q + off, kj, HS) * scale - lse[lr]);
@@ -415,7 +429,7 @@ TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const flo
   const float* kb = k + b * d.T_kv * kv_stride + g * HS;
   const float* vb = v + b * d.T_kv * kv_stride + g * HS;
   const int64_t n_keys = d.pos0 + t1;
-  for (int64_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
+  for (int64_t j0 = first_key(d, t0); j0 < n_keys; j0 += kKeyBlock) {
     const int64_t jn = std::min(kKeyBlock, n_keys - j0);
     transpose_tile(w.kt.data(), kb + j0 * kv_stride, jn, kv_stride, HS);
     transpose_tile(w.vt.data(), vb + j0 * kv_stride, jn, kv_stride, HS);
@@ -435,15 +449,16 @@ TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const flo
       for (int64_t x = 0; x < rn; ++x) {
         const int64_t r = r0 + x, t = t0 + r / group, h = g * group + r % group;
         const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);
-        if (valid <= 0) continue;
+        const int64_t skip = std::max<int64_t>(0, first_key(d, t) - j0);  // left of the window
+        if (valid <= skip) continue;
         const int64_t lr = (b * NH + h) * T + t;
         const float l = lse[lr], Dr = D[lr];
         float* ds = w.ds.data();
 #pragma omp simd
-        for (int64_t j = 0; j < valid; ++j)
+        for (int64_t j = skip; j < valid; ++j)
           ds[j] = d.scale * fast_exp(S[x][j] - l) * (dP[x][j] - Dr);
-        accumulate_pv(d_q + (b * T + t) * q_stride + h * HS, ds, kb + j0 * kv_stride, valid,
-                      kv_stride, HS);
+        accumulate_pv(d_q + (b * T + t) * q_stride + h * HS, ds + skip, kb + (j0 + skip) * kv_stride,
+                      valid - skip, kv_stride, HS);
       }
     }
   }
@@ -462,7 +477,8 @@ TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_o
   std::fill(w.dkt.begin(), w.dkt.end(), 0.0f);
   std::fill(w.dvt.begin(), w.dvt.end(), 0.0f);
   const int64_t t_begin = std::max<int64_t>(0, j0 - d.pos0);  // first query that sees key j0
-  const int64_t rows = (T - t_begin) * group;
+  const int64_t t_end = std::max(t_begin, last_query_end(d, j0 + jn - 1));  // past the last that sees the block
+  const int64_t rows = (t_end - t_begin) * group;
   for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const int64_t rn = std::min(kRowBlock, rows - r0);
     const float* qr[kRowBlock];
@@ -481,11 +497,12 @@ TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_o
       // Padding rows (x >= rn) and keys a row cannot see get zero weight.
       const int64_t r = r0 + x, t = t_begin + r / group, h = g * group + r % group;
       const int64_t valid = x < rn ? std::min(jn, d.pos0 + t + 1 - j0) : 0;
+      const int64_t skip = x < rn ? first_key(d, t) - j0 : 0;  // keys left of the window
       const int64_t lr = x < rn ? (b * NH + h) * T + t : 0;
       const float l = lse[lr], Dr = D[lr];
 #pragma omp simd
       for (int64_t j = 0; j < kKeyBlock; ++j) {
-        const float p = j < valid ? fast_exp(S[x][j] - l) : 0.0f;
+        const float p = j < valid && j >= skip ? fast_exp(S[x][j] - l) : 0.0f;
         P[x][j] = p;
         dS[x][j] = d.scale * p * (dP[x][j] - Dr);
       }

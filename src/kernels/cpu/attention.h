@@ -1,8 +1,9 @@
 // Causal self-attention with grouped-query heads (GQA; MQA when NKV = 1, MHA when NKV = NH)
 // over a KV cache. One layout serves inference and training: per sequence, k and v hold rows
 // (T_kv, NKV, HS) for positions 0.. (the cache, with room to spare), and the T query tokens sit
-// at positions [pos0, pos0 + T), so query t sees keys [0, pos0 + t]. Training is pos0 = 0,
-// T_kv = T. Query head h reads kv head h / (NH / NKV).
+// at positions [pos0, pos0 + T), so query t sees keys [0, pos0 + t] (with a sliding window W,
+// only the last W of them: Gemma's local layers). Training is pos0 = 0, T_kv = T. Query head h
+// reads kv head h / (NH / NKV).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,7 @@ struct AttentionDims {
   int64_t pos0 = 0;  // position of the first query token (tokens already in the cache)
   int64_t T_kv = 0;  // rows per sequence in k and v (cache capacity), >= pos0 + T; 0 = pos0 + T
   float scale = 0;   // score scale; 0 = 1/sqrt(HS)
+  int64_t window = 0;  // sliding window: the query at position p sees keys (p - window, p]; 0 = all
 };
 
 // out (B,T,NH,HS); lse (B,NH,T) the log-sum-exp of each row's scaled scores, saved for backward

@@ -1,7 +1,8 @@
 // Paged attention (see paged_attention.h): per (query row, kv head) work item, the heads of the
 // group score every key of the sequence through its block table, then softmax and sum in key
 // order (two passes over stored scores, no online rescaling); the
-// row stops at its own position (causal), so no masked score enters any sum.
+// row stops at its own position (causal) and starts at the oldest key of its sliding window (if
+// any), so no masked score enters any sum.
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -31,6 +32,7 @@ constexpr int64_t kLanes = 16;  // keys scored side by side
 
 PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSeq> seqs, const char* where) {
   PagedAttentionDims d = in;
+  TP_CHECK(d.window >= 0, "[", where, "] window: got ", d.window, ", expected >= 0 (0: no window)");
   TP_CHECK(d.NH > 0 && d.NKV > 0 && d.HS > 0 && d.block_size > 0 && d.NH % d.NKV == 0, "[", where,
            "] sizes: got NH=", d.NH, " NKV=", d.NKV, " HS=", d.HS, " block_size=", d.block_size,
            ", expected positive with NH a multiple of NKV");
@@ -43,16 +45,17 @@ PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSe
 }
 
 
-// Scores of n keys starting at key 0 of a sequence whose blocks hold transposed keys (HS, bs),
-// bs a multiple of kLanes: 16 keys per lane vector, four vectors side by side (independent
-// fma chains, so the loop is not latency-bound). Each key's score is its own fma chain over i.
+// Scores of n keys starting at key `first` (a multiple of kLanes) of a sequence whose blocks hold
+// transposed keys (HS, bs), bs a multiple of kLanes: 16 keys per lane vector, four vectors side
+// by side (independent fma chains, so the loop is not latency-bound). Each key's score is its
+// own fma chain over i. scores[j] is key first + j.
 inline void scores_transposed(float* scores, const float* q, const float* k_pool, const int32_t* blocks,
-                              int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
+                              int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
   const int64_t n_chunks = (n + kLanes - 1) / kLanes;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += 4) {
     const float* ptr[4];
     for (int64_t c = 0; c < 4; ++c) {
-      const int64_t key0 = std::min(c0 + c, n_chunks - 1) * kLanes;  // unused slots repeat the last
+      const int64_t key0 = first + std::min(c0 + c, n_chunks - 1) * kLanes;  // unused slots repeat the last
       ptr[c] = k_pool + (int64_t(blocks[key0 / bs]) * NKV + g) * HS * bs + key0 % bs;
     }
     float acc[4][kLanes] = {};
@@ -72,23 +75,25 @@ inline void scores_transposed(float* scores, const float* q, const float* k_pool
 }
 
 // The same scores for any block size (tests, short one-sequence caches): key by key.
-inline void scores_any(float* scores, const float* q, const float* k_pool, const int32_t* blocks, int64_t n,
-                       int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
-  for (int64_t j = 0; j < n; ++j) {
+inline void scores_any(float* scores, const float* q, const float* k_pool, const int32_t* blocks, int64_t first,
+                       int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const int64_t j = first + jj;
     const float* kt = k_pool + (int64_t(blocks[j / bs]) * NKV + g) * HS * bs + j % bs;
     float a = 0.0f;
     for (int64_t i = 0; i < HS; ++i) a = std::fma(q[i], kt[i * bs], a);
-    scores[j] = a;
+    scores[jj] = a;
   }
 }
 
-// o (w) = sum over keys of p_j v_j[i0 .. i0 + w), each element its own fma chain in key order.
+// o (w) = sum over keys [first, first + n) of p_j v_j[i0 .. i0 + w) (p[0] is key first), each
+// element its own fma chain in key order.
 template <int64_t W>
-inline void weighted_values(float* o, const float* p, const float* v_pool, const int32_t* blocks, int64_t n,
-                            int64_t kv_stride, int64_t col, int64_t bs, int64_t w) {
+inline void weighted_values(float* o, const float* p, const float* v_pool, const int32_t* blocks, int64_t first,
+                            int64_t n, int64_t kv_stride, int64_t col, int64_t bs, int64_t w) {
   float a[W] = {};
-  for (int64_t j = 0; j < n; ++j) {
-    const float pj = p[j];
+  for (int64_t j = first; j < first + n; ++j) {
+    const float pj = p[j - first];
     const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
     if (w == W) {
 #pragma omp simd
@@ -109,15 +114,20 @@ TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, co
                                 float* scores) {
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size;
   const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
-  const int64_t n_keys = pos + 1;
+  // Keys [first, pos] are seen (the sliding window's, or all); scoring starts at a lane boundary
+  // at or before `first` so the transposed lanes stay whole, and the extra scores are unused.
+  // Both depend on the position only, never on the batch.
+  const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
+  const int64_t scored_from = first / kLanes * kLanes, n_keys = pos + 1 - first;
   for (int64_t hh = 0; hh < G; ++hh) {
     const int64_t h = g * G + hh;
     const float* qr = q + h * HS;
     float* o = out + h * HS;
     if (bs % kLanes == 0)
-      scores_transposed(scores, qr, k_pool, s.blocks, n_keys, d.NKV, g, HS, bs);
+      scores_transposed(scores, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
     else
-      scores_any(scores, qr, k_pool, s.blocks, n_keys, d.NKV, g, HS, bs);
+      scores_any(scores, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
+    scores += first - scored_from;
     float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n_keys; ++j) {
@@ -131,8 +141,9 @@ TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, co
       sum += scores[j];
     }
     for (int64_t i0 = 0; i0 < HS; i0 += 64)
-      weighted_values<64>(o + i0, scores, v_pool, s.blocks, n_keys, kv_stride, g * HS + i0, bs,
+      weighted_values<64>(o + i0, scores, v_pool, s.blocks, first, n_keys, kv_stride, g * HS + i0, bs,
                           std::min<int64_t>(64, HS - i0));
+    scores -= first - scored_from;
     const float inv = 1.0f / sum;
 #pragma omp simd
     for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
@@ -186,6 +197,7 @@ void paged_attention_forward_naive(float* out, const float* q, const float* k_po
     }
     AttentionDims a;
     a.B = 1, a.T = s.T, a.NH = d.NH, a.NKV = d.NKV, a.HS = d.HS, a.pos0 = s.pos0, a.T_kv = n, a.scale = d.scale;
+    a.window = d.window;
     if (s.T > 0) attention_forward_naive(out + s.row_begin * q_row, nullptr, q + s.row_begin * q_row, k.data(), v.data(), a);
   }
 }

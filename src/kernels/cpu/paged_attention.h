@@ -19,6 +19,7 @@ struct PagedAttentionDims {
   int64_t HS = 0;          // head size
   int64_t block_size = 0;  // tokens per block
   float scale = 0;         // 0: 1/sqrt(HS)
+  int64_t window = 0;      // sliding window: position p sees keys (p - window, p]; 0 = all
 };
 
 // The query rows of one sequence: rows [row_begin, row_begin + T) of q/out, at positions

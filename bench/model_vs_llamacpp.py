@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""A GGUF model in tensorpar against llama.cpp (llama-cpp-python, weight repacking off): perplexity
+on the same token ids (llama.cpp's tokenization of a text, BOS first when the file asks for it,
+windows of --ctx tokens from an empty cache, as `tensorpar perplexity`) at each --tp, and greedy
+text of a few prompts (each engine tokenizes the prompt itself; the generated text is compared).
+
+Usage: PY=$(tools/venv.sh bench) && "$PY" bench/model_vs_llamacpp.py --model models/gemma-3-270m-q4_k_m.gguf
+         [--bin build/bin/tensorpar] [--tp 1,2,3] [--ctx 1024] [--chars 12000] [--out FILE.json]
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tools"))
+import llamacpp_ppl  # noqa: E402
+
+PROMPTS = ["The capital of France is", "def fibonacci(n):", "Photosynthesis is the process by which"]
+
+
+def tensorpar_json(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"model_vs_llamacpp: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+
+
+def llama_greedy(llm, prompt, n):
+    ids = llamacpp_ppl.tokenize_text(llm, prompt)
+    llm.reset()
+    llm.eval(ids)
+    out = []
+    for _ in range(n):
+        tok = int(np.argmax(llamacpp_ppl.last_logits(llm)))
+        if tok == llm.token_eos():
+            break
+        out.append(tok)
+        llm.eval([tok])
+    return llm.detokenize(out).decode("utf-8", errors="replace")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--bin", default=os.path.join(REPO, "build", "bin", "tensorpar"))
+    ap.add_argument("--tp", default="1,2,3")
+    ap.add_argument("--ctx", type=int, default=1024, help="perplexity window (> 512 makes Gemma 3's window slide)")
+    ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
+    ap.add_argument("--chars", type=int, default=12000)
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    import llama_cpp
+    llamacpp_ppl.disable_weight_repacking()
+    text = open(a.text, encoding="utf-8").read()[:a.chars]
+    llm = llamacpp_ppl.load(a.model, a.ctx, a.threads, logits_all=True)
+    ids = llamacpp_ppl.tokenize_text(llm, text)
+    nll, scored = llamacpp_ppl.window_nll(llm, ids, a.ctx)
+    res = {"model": a.model, "llama_cpp_python": llama_cpp.__version__,
+           "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "weight_repacking": False,
+           "ctx": a.ctx, "tokens": len(ids), "scored": scored, "llama_ppl": math.exp(nll / scored),
+           "greedy": {p: {"llama": llama_greedy(llm, p, a.max_tokens)} for p in PROMPTS}, "tp": {}}
+    del llm
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(" ".join(map(str, ids)))
+        tok_file = f.name
+    for tp in [int(x) for x in a.tp.split(",")]:
+        thr = max(1, a.threads // tp)
+        ppl = tensorpar_json([a.bin, "perplexity", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
+                              "--ctx", str(a.ctx), "--tokens-file", tok_file, "--json"])
+        res["tp"][tp] = {"ppl": ppl["ppl"], "scored": ppl.get("scored")}
+        for p in PROMPTS:
+            g = tensorpar_json([a.bin, "generate", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
+                                "--prompt", p, "--max-tokens", str(a.max_tokens), "--json"])
+            res["greedy"][p][f"tp{tp}"] = g["text"]
+    os.unlink(tok_file)
+    print(f"perplexity over {scored} tokens (windows of {a.ctx}): llama.cpp {res['llama_ppl']:.4f}")
+    for tp, r in res["tp"].items():
+        print(f"  tensorpar tp {tp}: {r['ppl']:.4f} ({(r['ppl'] / res['llama_ppl'] - 1) * 100:+.2f}%)")
+    for p, g in res["greedy"].items():
+        same = all(v == g["llama"] for k, v in g.items())
+        print(f"greedy {'EQUAL' if same else 'DIFFERENT'}: {p!r}")
+        for k, v in g.items():
+            print(f"    {k:6} {v!r}")
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+// Gemma 3 (Gemma3ForCausalLM, llama.cpp's gemma3): tensor names in HF checkpoints and in GGUF
+// files, and the parameter list a trainer sees. Four norms per layer (HF's
+// "post_attention_layernorm" is the norm after attention, not before the MLP as in Llama) and q/k
+// norms over the head dims. HF stores norm weights as w with (1 + w) applied, GGUF as 1 + w: the
+// config's norm_weight_offset says which (gguf_config.cpp). GGUF Q/K rows are not permuted for
+// gemma3, so both formats use half-split RoPE. The LM head is the tied embedding.
+#include <string>
+
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace tensorpar {
+
+namespace {
+
+struct Gemma3Names {
+  bool gguf = false;
+  std::string embed() const { return gguf ? "token_embd.weight" : "model.embed_tokens.weight"; }
+  std::string head() const { return gguf ? "output.weight" : "lm_head.weight"; }
+  std::string norm() const { return gguf ? "output_norm.weight" : "model.norm.weight"; }
+  std::string layer(int64_t l, const char* hf, const char* gg) const {
+    return gguf ? "blk." + std::to_string(l) + "." + gg : "model.layers." + std::to_string(l) + "." + hf;
+  }
+};
+
+}  // namespace
+
+void load_gemma3(Transformer& m, const WeightSource& src) {
+  const ModelConfig& c = m.config_;
+  Gemma3Names n{src.has("token_embd.weight")};
+  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim, Q = c.n_heads * HS, KV = c.n_kv_heads * HS;
+  if (m.embed_) m.embed_->load(src.matrix(n.embed(), {V, C}));
+  if (m.lm_head_) m.lm_head_->load(src.matrix(n.head(), {V, C}));
+  if (m.final_norm_) m.final_norm_->weight().value = src.whole_f32(n.norm(), {C});
+  for (int64_t l = m.span_.first; l < m.span_.last; ++l) {
+    TransformerLayer& L = m.layer(l);
+    L.norm1().weight().value = src.whole_f32(n.layer(l, "input_layernorm.weight", "attn_norm.weight"), {C});
+    L.post_attn_norm().weight().value =
+        src.whole_f32(n.layer(l, "post_attention_layernorm.weight", "post_attention_norm.weight"), {C});
+    L.norm2().weight().value = src.whole_f32(n.layer(l, "pre_feedforward_layernorm.weight", "ffn_norm.weight"), {C});
+    L.post_mlp_norm().weight().value =
+        src.whole_f32(n.layer(l, "post_feedforward_layernorm.weight", "post_ffw_norm.weight"), {C});
+    ParallelAttention& a = L.attn();
+    a.q_norm_weight() = src.whole_f32(n.layer(l, "self_attn.q_norm.weight", "attn_q_norm.weight"), {HS});
+    a.k_norm_weight() = src.whole_f32(n.layer(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), {HS});
+    const SliceLoader qkv[3] = {src.matrix(n.layer(l, "self_attn.q_proj.weight", "attn_q.weight"), {Q, C}),
+                                src.matrix(n.layer(l, "self_attn.k_proj.weight", "attn_k.weight"), {KV, C}),
+                                src.matrix(n.layer(l, "self_attn.v_proj.weight", "attn_v.weight"), {KV, C})};
+    if (c.qkv_bias) {
+      const SliceLoader bias[3] = {src.f32(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), {Q}),
+                                   src.f32(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), {KV}),
+                                   src.f32(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), {KV})};
+      a.qkv().load(qkv, bias);
+    } else {
+      a.qkv().load(qkv);
+    }
+    a.o().load(src.matrix(n.layer(l, "self_attn.o_proj.weight", "attn_output.weight"), {C, Q}));
+    const SliceLoader gate_up[2] = {src.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), {c.ffn, C}),
+                                    src.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), {c.ffn, C})};
+    L.mlp().in().load(gate_up);
+    L.mlp().down().load(src.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), {C, c.ffn}));
+  }
+}
+
+std::vector<ParamShard> Transformer::parameters_gemma3() {
+  const ModelConfig& c = config_;
+  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim, Q = c.n_heads * HS, KV = c.n_kv_heads * HS;
+  const int tp = tp_.size();
+  std::vector<ParamShard> out;
+  if (span_.embedding)
+    append_param(out, "model.embed_tokens.weight", embed_->weight(), embed_->d_weight(), {V, C}, 0, vocab_range_);
+  auto replicated = [&](const std::string& name, Param& p, int64_t size) {
+    append_param(out, name, p.value, p.grad, {size}, -1, {0, size}, tp);
+  };
+  for (int64_t l = span_.first; l < span_.last; ++l) {
+    TransformerLayer& L = layer(l);
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    replicated(p + "input_layernorm.weight", L.norm1().weight(), C);
+    ParallelAttention& a = L.attn();
+    ColumnParallelLinear& qkv = a.qkv();
+    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+    const int64_t outs[3] = {Q, KV, KV};
+    for (int64_t i = 0; i < 3; ++i)
+      append_param(out, p + "self_attn." + names[i] + ".weight", qkv.part_weight(i), qkv.part_d_weight(i),
+                   {outs[i], C}, 0, qkv.part_range(i), qkv.part_copies(i));
+    if (c.qkv_bias)
+      for (int64_t i = 0; i < 3; ++i)
+        append_param(out, p + "self_attn." + names[i] + ".bias", qkv.part_bias(i), qkv.part_d_bias(i), {outs[i]}, 0,
+                     qkv.part_range(i), qkv.part_copies(i));
+    append_param(out, p + "self_attn.q_norm.weight", a.q_norm_weight(), a.q_norm_grad(), {HS}, -1, {0, HS}, tp);
+    append_param(out, p + "self_attn.k_norm.weight", a.k_norm_weight(), a.k_norm_grad(), {HS}, -1, {0, HS}, tp);
+    RowParallelLinear& o = a.o();
+    append_param(out, p + "self_attn.o_proj.weight", o.weight(), o.d_weight(), {C, Q}, 1, o.in_range());
+    replicated(p + "post_attention_layernorm.weight", L.post_attn_norm().weight(), C);
+    replicated(p + "pre_feedforward_layernorm.weight", L.norm2().weight(), C);
+    ColumnParallelLinear& gu = L.mlp().in();
+    append_param(out, p + "mlp.gate_proj.weight", gu.part_weight(0), gu.part_d_weight(0), {c.ffn, C}, 0,
+                 gu.part_range(0));
+    append_param(out, p + "mlp.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {c.ffn, C}, 0,
+                 gu.part_range(1));
+    RowParallelLinear& down = L.mlp().down();
+    append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, c.ffn}, 1, down.in_range());
+    replicated(p + "post_feedforward_layernorm.weight", L.post_mlp_norm().weight(), C);
+  }
+  if (span_.head) {
+    replicated("model.norm.weight", final_norm_->weight(), C);
+    if (lm_head_)
+      append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
+  }
+  return out;
+}
+
+}  // namespace tensorpar

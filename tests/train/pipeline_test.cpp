@@ -1,0 +1,260 @@
+// Pipeline parallelism: the 1F1B order against the textbook table (Narayanan et al. 2021, fig. 4)
+// and, for many shapes, against a simulation in which every send blocks until its receive (no
+// deadlock, every dependency met); the layer split; and training through pp 2, pp 3, tp 2 x pp 2
+// and pp 2 x dp 2 against the whole model on one rank (losses, norms, final weights), with the
+// two copies of the tied embedding equal at the end.
+#include "train/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <random>
+
+#include "parallel/mesh.h"
+#include "train/pipeline_schedule.h"
+#include "train/train_test_util.h"
+#include "train/trainer.h"
+
+namespace tensorpar::testing {
+namespace {
+
+std::string compute_order(const std::vector<PipeStep>& steps) {
+  std::string out;
+  for (const PipeStep& s : steps)
+    if (s.op == PipeOp::kForward || s.op == PipeOp::kBackward)
+    {
+      if (!out.empty()) out += ' ';
+      out += pipe_step_name(s);
+    }
+  return out;
+}
+
+TEST(PipelineSchedule, MatchesTheTextbook1F1B) {
+  // Figure 4 (bottom) of Narayanan et al. 2021, 4 devices and 8 micro-batches, 0-based.
+  const char* const expected[4] = {
+      "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7",
+      "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7",
+      "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7",
+      "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7",
+  };
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(compute_order(one_f_one_b_schedule(s, 4, 8)), expected[s]) << "stage " << s;
+  EXPECT_EQ(compute_order(one_f_one_b_schedule(0, 3, 1)), "F0 B0");
+}
+
+// Runs every stage's steps with sends that block until the matching receive (the strictest
+// backend); returns false on a deadlock. Checks each step's inputs are there when it runs.
+bool simulate_rendezvous(int p, int64_t M, bool with_backward, std::string& why) {
+  std::vector<std::vector<PipeStep>> st(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    st[size_t(s)] = with_backward ? one_f_one_b_schedule(s, p, M) : forward_only_schedule(s, p, M);
+  std::vector<size_t> at(size_t(p), 0);
+  // have[s]: what stage s holds per micro-batch: 1 input, 2 output, 4 output grad, 8 input grad, 16 forward done.
+  std::vector<std::vector<int>> have(size_t(p), std::vector<int>(size_t(M), 0));
+  for (int64_t m = 0; m < M; ++m) have[0][size_t(m)] |= 1;
+  auto done = [&](int s) { return at[size_t(s)] == st[size_t(s)].size(); };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      if (done(s)) continue;
+      const PipeStep h = st[size_t(s)][at[size_t(s)]];
+      int& mine = have[size_t(s)][size_t(h.micro)];
+      if (h.op == PipeOp::kForward) {
+        if (!(mine & 1)) return why = "F" + std::to_string(h.micro) + " without input on stage " + std::to_string(s), false;
+        mine |= 2 | 16, ++at[size_t(s)], progress = true;
+        if (s == p - 1) mine |= 4;  // the loss
+      } else if (h.op == PipeOp::kBackward) {
+        if (!(mine & 16) || !(mine & 4))
+          return why = "B" + std::to_string(h.micro) + " too early on stage " + std::to_string(s), false;
+        mine |= 8, ++at[size_t(s)], progress = true;
+      } else if (h.op == PipeOp::kSendForward || h.op == PipeOp::kSendBackward) {
+        const bool fwd = h.op == PipeOp::kSendForward;
+        const int peer = fwd ? s + 1 : s - 1;
+        if (peer < 0 || peer >= p) return why = "send off the pipeline", false;
+        if (!(mine & (fwd ? 2 : 8))) return why = "send of data not computed", false;
+        if (done(peer)) continue;
+        const PipeStep ph = st[size_t(peer)][at[size_t(peer)]];
+        if (ph == PipeStep{fwd ? PipeOp::kRecvForward : PipeOp::kRecvBackward, h.micro}) {
+          have[size_t(peer)][size_t(h.micro)] |= fwd ? 1 : 4;
+          ++at[size_t(s)], ++at[size_t(peer)], progress = true;
+        }
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s)
+    if (!done(s)) return why = "stage " + std::to_string(s) + " blocked at " + pipe_step_name(st[size_t(s)][at[size_t(s)]]), false;
+  for (int s = 0; s < p; ++s)
+    for (int64_t m = 0; m < M; ++m)
+      if (!(have[size_t(s)][size_t(m)] & (with_backward ? 8 : 2)))
+        return why = "micro-batch " + std::to_string(m) + " unfinished on stage " + std::to_string(s), false;
+  return true;
+}
+
+TEST(PipelineSchedule, NeverDeadlocksWhenSendsBlockAndKeepsAtMostStagesInFlight) {
+  for (int p = 1; p <= 6; ++p)
+    for (int64_t M = 1; M <= 10; ++M) {
+      std::string why;
+      EXPECT_TRUE(simulate_rendezvous(p, M, true, why)) << "pp " << p << " micro " << M << ": " << why;
+      EXPECT_TRUE(simulate_rendezvous(p, M, false, why)) << "forward-only pp " << p << " micro " << M << ": " << why;
+      for (int s = 0; s < p; ++s) {
+        int64_t in_flight = 0, most = 0, next_f = 0, next_b = 0;
+        for (const PipeStep& st : one_f_one_b_schedule(s, p, M)) {
+          if (st.op == PipeOp::kForward) {
+            EXPECT_EQ(st.micro, next_f++);
+            most = std::max(most, ++in_flight);
+          }
+          if (st.op == PipeOp::kBackward) {
+            EXPECT_EQ(st.micro, next_b++);
+            --in_flight;
+          }
+        }
+        EXPECT_EQ(next_f, M);
+        EXPECT_EQ(next_b, M);
+        EXPECT_EQ(most, std::min<int64_t>(p - s, M)) << "pp " << p << " stage " << s << " micro " << M;
+      }
+    }
+}
+
+TEST(PipelineSchedule, SplitsLayers) {
+  auto ranges = [](const std::vector<LayerSpan>& v) {
+    std::string out;
+    for (const LayerSpan& s : v) {
+      out += '[';
+      out += std::to_string(s.first);
+      out += ',';
+      out += std::to_string(s.last);
+      out += ')';
+      if (s.embedding) out += 'e';
+      if (s.head) out += 'h';
+    }
+    return out;
+  };
+  EXPECT_EQ(ranges(split_layers(7, 2)), "[0,4)e[4,7)h");
+  EXPECT_EQ(ranges(split_layers(6, 3)), "[0,2)e[2,4)[4,6)h");
+  EXPECT_EQ(ranges(split_layers(4, 1)), "[0,4)eh");
+  const int64_t counts[] = {1, 5};
+  EXPECT_EQ(ranges(split_layers(6, 2, counts)), "[0,1)e[1,6)h");
+  EXPECT_THROW(split_layers(2, 3), Error);
+  const int64_t bad_sum[] = {2, 2}, zero[] = {0, 4}, three[] = {1, 1, 2};
+  EXPECT_THROW(split_layers(5, 2, bad_sum), Error);
+  EXPECT_THROW(split_layers(4, 2, zero), Error);
+  EXPECT_THROW(split_layers(4, 2, three), Error);
+}
+
+// ---- training through the pipeline equals the whole model ----
+
+struct RunResult {
+  std::vector<float> losses, val;
+  std::vector<double> norms;
+  Gathered weights;        // every parameter, assembled over tp and pp (dp rank 0)
+  Gathered tied_copies;    // the last stage's copy of a tied embedding
+};
+
+TokenCorpus random_corpus(int64_t vocab) {
+  std::mt19937 rng(7);
+  TokenCorpus c;
+  for (int i = 0; i < 4000; ++i) c.train.push_back(int32_t(rng() % uint32_t(vocab)));
+  for (int i = 0; i < 600; ++i) c.val.push_back(int32_t(rng() % uint32_t(vocab)));
+  return c;
+}
+
+TrainOptions small_run() {
+  TrainOptions o;
+  o.steps = 3;
+  o.batch = 8;
+  o.micro_batch = 2;  // 4 micro-batches per step (2 per DP rank at dp 2)
+  o.seq = 16;
+  o.lr = 3e-3f;
+  o.warmup = 1;
+  o.clip = 0.05;  // low enough that every step clips: the global norm must be the whole model's
+  o.eval_every = 3;
+  o.eval_batches = 4;
+  return o;
+}
+
+RunResult run(const ModelConfig& c, int tp, int pp, int dp, std::vector<int64_t> counts = {},
+              TrainCompute compute = {}) {
+  const TokenCorpus corpus = random_corpus(c.vocab_size);
+  TrainOptions o = small_run();
+  o.compute = compute;
+  RunResult r;
+  std::mutex mu;
+  run_model_ranks(tp * pp * dp, [&](Communicator& world) {
+    DeviceMesh mesh(world, {.tp = tp, .dp = dp, .pp = pp});
+    const std::vector<LayerSpan> spans = split_layers(c.n_layers, pp, counts);
+    Transformer model(c, mesh.tp(), 32, spans[size_t(mesh.pp_rank())]);
+    model.init_weights(5);
+    Pipeline pipe(model, mesh.pp());
+    // pp 1: the plain trainer, the reference path without any pipeline code.
+    Trainer t(model, corpus, o, dp > 1 ? &mesh.dp() : nullptr, pp > 1 ? &pipe : nullptr);
+    t.run([&](const StepLog& l) {
+      if (world.rank() != world.size() - 1) return;  // the last stage's view
+      r.losses.push_back(l.loss);
+      r.norms.push_back(l.grad_norm);
+      if (l.val_loss) r.val.push_back(*l.val_loss);
+    });
+    if (mesh.dp_rank() != 0) return;
+    for (const ParamShard& p : model.parameters()) gather_into(r.weights, mu, p, *p.value);
+    for (const ParamShard& p : model.tied_head_copy()) gather_into(r.tied_copies, mu, p, *p.value);
+  });
+  return r;
+}
+
+// Losses, norms and the validation loss within 1e-5 relative; every weight within weight_tol
+// (after 3 AdamW steps of lr 3e-3: the runs differ only by the order of a few sums).
+void expect_same_training(const RunResult& want, const RunResult& got, const std::string& what,
+                          double weight_tol = 2e-6) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5 * std::abs(want.losses[i])) << what << " step " << i + 1;
+    EXPECT_NEAR(got.norms[i], want.norms[i], 1e-5 * want.norms[i]) << what << " step " << i + 1;
+    EXPECT_GT(want.norms[i], small_run().clip) << "every step clips";
+  }
+  ASSERT_EQ(got.val.size(), 1u) << what;
+  EXPECT_NEAR(got.val[0], want.val[0], 1e-5 * std::abs(want.val[0])) << what;
+  ASSERT_EQ(got.weights.size(), want.weights.size()) << what;
+  for (const auto& [name, w] : want.weights) {
+    ASSERT_TRUE(got.weights.count(name)) << what << ": " << name;
+    const std::vector<float>& g = got.weights.at(name);
+    ASSERT_EQ(g.size(), w.size()) << what << ": " << name;
+    double worst = 0;
+    for (size_t i = 0; i < w.size(); ++i) worst = std::max(worst, double(std::abs(g[i] - w[i])));
+    EXPECT_LT(worst, weight_tol) << what << ": " << name;
+  }
+  for (const auto& [name, copy] : got.tied_copies) {
+    EXPECT_EQ(copy, got.weights.at(name)) << what << ": the last stage's copy of " << name << " drifted";
+  }
+}
+
+ModelConfig four_layer_llama(bool tied) {
+  ModelConfig c = tiny_llama(96);
+  c.n_layers = 4;
+  c.tie_embeddings = tied;
+  return c;
+}
+
+TEST(PipelineTraining, TiedLlamaEqualsTheWholeModel) {
+  const ModelConfig c = four_layer_llama(true);
+  const RunResult whole = run(c, 1, 1, 1);
+  ASSERT_EQ(whole.losses.size(), 3u);
+  expect_same_training(whole, run(c, 1, 2, 1), "pp 2");
+  RunResult pp2 = run(c, 1, 2, 1);
+  EXPECT_EQ(pp2.tied_copies.size(), 1u);
+  expect_same_training(whole, run(c, 1, 3, 1, {1, 2, 1}), "pp 3 (1,2,1)");
+  // tp 2 sums row-parallel partial products in another order than tp 1: tp 2 x pp 2 equals
+  // tp 2 x pp 1 as tightly as pp 2 equals pp 1, and tp 1 within the tp test's tolerance.
+  const RunResult tp2 = run(c, 2, 1, 1), tp2pp2 = run(c, 2, 2, 1);
+  expect_same_training(tp2, tp2pp2, "tp 2 x pp 2 against tp 2");
+  expect_same_training(whole, tp2pp2, "tp 2 x pp 2 against tp 1", 1e-5);
+  expect_same_training(whole, run(c, 1, 2, 2), "pp 2 x dp 2");
+}
+
+TEST(PipelineTraining, UntiedAndRecomputedEqualTheWholeModel) {
+  const ModelConfig c = four_layer_llama(false);
+  expect_same_training(run(c, 1, 1, 1), run(c, 1, 3, 1), "untied pp 3");
+  const TrainCompute recompute{.recompute_layers = 3};
+  expect_same_training(run(c, 1, 1, 1, {}, recompute), run(c, 1, 2, 1, {}, recompute), "recompute pp 2");
+}
+
+}  // namespace
+}  // namespace tensorpar::testing
