@@ -4,27 +4,14 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/arch_names.h"
 #include "model/transformer.h"
 
 namespace tensorpar {
 
-namespace {
-
-struct LlamaNames {
-  bool gguf = false;
-  std::string embed() const { return gguf ? "token_embd.weight" : "model.embed_tokens.weight"; }
-  std::string head() const { return gguf ? "output.weight" : "lm_head.weight"; }
-  std::string norm() const { return gguf ? "output_norm.weight" : "model.norm.weight"; }
-  std::string layer(int64_t l, const char* hf, const char* gg) const {
-    return gguf ? "blk." + std::to_string(l) + "." + gg : "model.layers." + std::to_string(l) + "." + hf;
-  }
-};
-
-}  // namespace
-
 void load_llama(Transformer& m, const WeightSource& src) {
   const ModelConfig& c = m.config_;
-  LlamaNames n{src.has("token_embd.weight")};
+  ArchNames n{src.has("token_embd.weight")};
   const int64_t C = c.hidden, V = c.vocab_size, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim;
   if (m.embed_) m.embed_->load(src.matrix(n.embed(), {V, C}));
   if (m.lm_head_) m.lm_head_->load(src.matrix(n.head(), {V, C}));

@@ -33,6 +33,30 @@ float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float
   return loss;
 }
 
+namespace {
+
+// bf16 compute applies to a training step's matmuls only (inference keeps the engine's f32).
+class TrainComputeScope {
+ public:
+  TrainComputeScope(MatmulEngine& eng, DType dtype) : eng_(eng) { eng_.set_compute_dtype(dtype); }
+  ~TrainComputeScope() { eng_.set_compute_dtype(DType::kF32); }
+  TrainComputeScope(const TrainComputeScope&) = delete;
+  TrainComputeScope& operator=(const TrainComputeScope&) = delete;
+
+ private:
+  MatmulEngine& eng_;
+};
+
+// The dense attention rows of a step's B sequences of T tokens from position 0.
+AttentionRows dense_rows(const std::vector<int64_t>& positions, int64_t B, int64_t T) {
+  AttentionRows rows;
+  rows.positions = positions.data();
+  rows.B = B, rows.T = T;
+  return rows;
+}
+
+}  // namespace
+
 float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tensor* x_in, const Tensor& targets,
                                 Tensor* x_out, bool with_grad, const char* where) {
   TP_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::kI64 && tokens.is_contiguous() &&
@@ -54,16 +78,9 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   s.positions.resize(size_t(N));
   for (int64_t i = 0; i < N; ++i) s.positions[size_t(i)] = i % T;
   s.ids.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + N);
-  AttentionRows rows;
-  rows.positions = s.positions.data();
-  rows.B = B, rows.T = T;
+  const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   const LayerContext ctx{eng_, tp_, kv_group_.get()};
-  // bf16 compute applies to this step's matmuls only (inference keeps the engine's f32).
-  struct ComputeScope {
-    MatmulEngine& eng;
-    ~ComputeScope() { eng.set_compute_dtype(DType::kF32); }
-  } scope{eng_};
-  eng_.set_compute_dtype(compute_.matmul_dtype);
+  const TrainComputeScope scope(eng_, compute_.matmul_dtype);
 
   // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
   // every layer without backward) writes the shared `recomputed` activations; only its input
@@ -102,15 +119,9 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
 void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in) {
   TP_ASSERT(s.with_grad, "span_backward without a forward that kept its activations");
   const int64_t B = s.B, T = s.T, N = B * T, C = config_.hidden, L = int64_t(layers_.size());
-  AttentionRows rows;
-  rows.positions = s.positions.data();
-  rows.B = B, rows.T = T;
+  const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   const LayerContext ctx{eng_, tp_, kv_group_.get()};
-  struct ComputeScope {
-    MatmulEngine& eng;
-    ~ComputeScope() { eng.set_compute_dtype(DType::kF32); }
-  } scope{eng_};
-  eng_.set_compute_dtype(compute_.matmul_dtype);
+  const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;
   ensure_f32(d_h, {N, C});
