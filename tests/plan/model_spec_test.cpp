@@ -52,7 +52,8 @@ TEST(ModelSpec, ParameterCountsMatchTransformersAndGguf) {
 }
 
 TEST(ModelSpec, ActiveParametersCountOnlyRoutedExperts) {
-  for (const auto& j : reference().at("models")) {
+  const auto ref = reference();  // the range must not be a temporary's member
+  for (const auto& j : ref.at("models")) {
     const ModelSpec m = spec_of(j);
     if (!m.is_moe()) {
       EXPECT_EQ(active_parameters(m), total_parameters(m));
