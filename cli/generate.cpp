@@ -118,6 +118,17 @@ void add_sampling_options(CLI::App& cmd, GenerateOptions& gen) {
                  "Drop tokens below min-p x the top probability (0 = off)")
       ->check(CLI::Range(0.0f, 1.0f));
   cmd.add_option("--seed", gen.sampling.seed, "Sampling seed");
+  // Penalties act on greedy decoding too (they change the logits the argmax sees).
+  cmd.add_option("--repeat-penalty", gen.sampling.repetition_penalty,
+                 "Repetition penalty over the prompt and generated tokens: a seen token's logit "
+                 "is divided by it if positive, multiplied if negative (1 = off)")
+      ->check(CLI::Range(0.01f, 10.0f));
+  cmd.add_option("--frequency-penalty", gen.sampling.frequency_penalty,
+                 "Subtract this x the times a token was generated (OpenAI; 0 = off)")
+      ->check(CLI::Range(-2.0f, 2.0f));
+  cmd.add_option("--presence-penalty", gen.sampling.presence_penalty,
+                 "Subtract this once from every token already generated (OpenAI; 0 = off)")
+      ->check(CLI::Range(-2.0f, 2.0f));
   cmd.add_option("--stop", gen.stop, "Stop string (repeatable)");
 }
 

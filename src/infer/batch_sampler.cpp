@@ -6,7 +6,8 @@
 //   3. kept masses per rank (all_gather) and the owner's walk;
 //   4. the drawn ids with their raw logits (all_reduce max).
 // Arithmetic follows sampler.cpp step for step (double masses summed in vocab order, then in
-// rank order, exchanged as raw bits), so every rank decides alike and Sampler agrees.
+// rank order, exchanged as raw bits), so every rank decides alike and each row gets what
+// sample_full_naive gives on its full penalised row.
 #include "infer/batch_sampler.h"
 
 #include <algorithm>
@@ -51,14 +52,7 @@ int64_t stats_words(const RowSampling& r) {
 }
 
 void check_row(const RowSampling& r, size_t i) {
-  const SamplingParams& p = r.params;
-  TP_CHECK(p.temperature >= 0 && std::isfinite(p.temperature), "[sample_batch] row ", i,
-           " temperature: got ", p.temperature, ", expected >= 0");
-  TP_CHECK(p.top_k >= 0, "[sample_batch] row ", i, " top_k: got ", p.top_k, ", expected >= 0");
-  TP_CHECK(p.top_p > 0 && p.top_p <= 1, "[sample_batch] row ", i, " top_p: got ", p.top_p,
-           ", expected in (0, 1]");
-  TP_CHECK(p.min_p >= 0 && p.min_p < 1, "[sample_batch] row ", i, " min_p: got ", p.min_p,
-           ", expected in [0, 1)");
+  validate(r.params);
   TP_CHECK(is_greedy(r) || (r.u >= 0 && r.u < 1), "[sample_batch] row ", i, " u: got ", r.u,
            ", expected in [0, 1)");
   TP_CHECK(r.top_logprobs >= -1, "[sample_batch] row ", i, " top_logprobs: got ", r.top_logprobs,
@@ -171,12 +165,13 @@ void local_row_stats(RowState& st, float* x, Range vocab, const RowSampling& row
       out.push_back(j < top.size() ? vocab.begin + top[j] : -1);
     }
   }
-  if (row.frequency_penalty != 0 || row.presence_penalty != 0) {
+  if (row.params.has_penalties()) {
+    const SamplingParams& p = row.params;
     for (const auto& [id, c] : row.counts) {
       if (!vocab.contains(id)) continue;
       const int64_t i = id - vocab.begin;
       if (row.top_logprobs >= 0) st.saved.emplace_back(i, x[i]);
-      x[i] -= float(c) * row.frequency_penalty + (c > 0 ? row.presence_penalty : 0.0f);
+      x[i] = penalised(x[i], c, p);
     }
     std::sort(st.saved.begin(), st.saved.end());
   }
@@ -241,7 +236,7 @@ void decode_row_stats(RowState& st, RowSample& res, const float* x, int64_t n,
     w0 = 2 + 2 * int64_t(row.top_logprobs);
   }
   if (is_greedy(row)) {
-    // Best (key, lowest id) over ranks, as Sampler does.
+    // Best (key, lowest id) over ranks: the lowest id among equal logits, as the naive argmax.
     int64_t key = kNoKey, id = -1;
     float raw = 0;
     for (int r = 0; r < n_ranks; ++r) {

@@ -1,7 +1,7 @@
 // Sampling every row of an engine step at once over logits Sharded by vocab, with a number of
 // collectives that does not grow with the rows: each phase gathers all rows' small per-rank
 // pieces in one collective. Row by row the result is what sample_full_naive gives on the full
-// row after penalties (and what Sampler gives with the same draw u); no rank gathers the vocab.
+// row after penalties; no rank gathers the vocab.
 #pragma once
 
 #include <cstdint>
@@ -18,15 +18,22 @@ namespace tensorpar {
 
 // One row's sampling: its parameters, its draw and its history.
 struct RowSampling {
-  SamplingParams params;  // temperature (0 = greedy), top_k, top_p, min_p; seed unused here
+  SamplingParams params;  // filters and penalties; seed unused here (u is the draw)
   double u = 0;           // uniform draw in [0, 1) from the request's own stream (unused if greedy)
-  // Penalties (OpenAI's definition, applied to the generated tokens as vLLM does), before
-  // temperature: logit[j] -= count_j * frequency_penalty + (count_j > 0 ? presence_penalty : 0),
-  // evaluated in float in that order.
-  float frequency_penalty = 0, presence_penalty = 0;
-  std::vector<std::pair<int32_t, int32_t>> counts;  // (token id, times generated), ids distinct
+  // The tokens the penalties act on, ids distinct: (id, times generated). An id of the prompt
+  // that was not generated has count 0 (the repetition penalty acts on it, frequency and
+  // presence do not). Empty when the params have no penalties.
+  std::vector<std::pair<int32_t, int32_t>> counts;
   int top_logprobs = -1;  // -1: no logprobs; n >= 0: the chosen token's logprob and the top n
 };
+
+// A logit after the penalties of SamplingParams, for a token seen `count` times in the
+// generated text (0: only in the prompt), evaluated in float in that order.
+inline float penalised(float logit, int32_t count, const SamplingParams& p) {
+  if (p.repetition_penalty != 1.0f)
+    logit = logit > 0 ? logit / p.repetition_penalty : logit * p.repetition_penalty;
+  return logit - (float(count) * p.frequency_penalty + (count > 0 ? p.presence_penalty : 0.0f));
+}
 
 struct RowSample {
   int32_t token = -1;

@@ -8,6 +8,8 @@
 #include <optional>
 
 #include "core/error.h"
+#include "infer/batch_sampler.h"
+#include "infer/sequence_sampler.h"
 #include "infer/stop_matcher.h"
 
 namespace tensorpar {
@@ -44,7 +46,9 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
 
   GenerateResult r;
   r.prompt_tokens = int64_t(prompt.size());
-  Sampler sampler(options.sampling);
+  SamplingParams sampling = options.sampling;
+  if (sampling.top_k >= V) sampling.top_k = 0;  // keeps every token: off (no top-k buffers)
+  SequenceSampler sampler(sampling, prompt);
   const Range vocab = model.vocab_range();
   Tensor logits = Tensor::empty({1, vocab.size()}, DType::kF32);
   std::optional<StreamDecoder> decoder;
@@ -59,7 +63,9 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
   r.stop_reason = "length";
   Clock::time_point t_first;
   for (int64_t step = 0; step < options.max_tokens; ++step) {
-    const int32_t token = sampler.sample(logits.data<float>(), vocab, tp);
+    const RowSampling row = sampler.next_row();
+    const int32_t token = sample_batch(logits, vocab, std::span(&row, 1), tp)[0].token;
+    sampler.accept(token);
     if (step == 0) {
       t_first = Clock::now();
       r.ttft_s = r.prefill_s = seconds_since(t0);

@@ -70,8 +70,9 @@ std::vector<int64_t> encode_plan(const StepPlan& plan) {
     w.f(r.params.top_p);
     w.f(r.params.min_p);
     w.d(r.u);
-    w.f(r.frequency_penalty);
-    w.f(r.presence_penalty);
+    w.f(r.params.repetition_penalty);
+    w.f(r.params.frequency_penalty);
+    w.f(r.params.presence_penalty);
     w.i(r.top_logprobs);
     w.i(int64_t(r.counts.size()));
     for (const auto& [tok, n] : r.counts) {
@@ -102,8 +103,9 @@ StepPlan decode_plan(const std::vector<int64_t>& words) {
     x.params.top_p = r.f();
     x.params.min_p = r.f();
     x.u = r.d();
-    x.frequency_penalty = r.f();
-    x.presence_penalty = r.f();
+    x.params.repetition_penalty = r.f();
+    x.params.frequency_penalty = r.f();
+    x.params.presence_penalty = r.f();
     x.top_logprobs = int(r.i());
     x.counts.resize(size_t(r.count(int64_t(1) << 30)));
     for (auto& [tok, n] : x.counts) {

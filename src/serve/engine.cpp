@@ -160,12 +160,12 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const
       throw SubmitError(400, "prompt token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                                  std::to_string(V) + ")");
   if (params.max_tokens < 1) throw SubmitError(400, "max_tokens must be at least 1");
-  const SamplingParams& sp = params.sampling;
-  if (!(sp.temperature >= 0 && std::isfinite(sp.temperature)) || !(sp.top_p > 0 && sp.top_p <= 1) ||
-      !(sp.min_p >= 0 && sp.min_p < 1) || sp.top_k < 0 || params.top_logprobs > 20 ||
-      !std::isfinite(params.frequency_penalty) || !std::isfinite(params.presence_penalty))
-    throw SubmitError(400, "sampling parameters out of range: temperature >= 0, top_p in (0, 1], min_p in [0, 1), "
-                           "top_k >= 0, top_logprobs <= 20, finite penalties");
+  try {
+    validate(params.sampling);
+  } catch (const Error& e) {
+    throw SubmitError(400, e.what());
+  }
+  if (params.top_logprobs > 20) throw SubmitError(400, "top_logprobs must be at most 20");
   if (params.max_tokens > ctx_ - int64_t(prompt.size()))
     throw SubmitError(400, "this model's context is " + std::to_string(ctx_) + " tokens; the prompt has " +
                                std::to_string(prompt.size()) + " tokens and max_tokens is " +
@@ -177,7 +177,8 @@ std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const
   seq->params = params;
   // top_k at or above the vocabulary keeps every token: off (and no top-k sized buffers).
   if (seq->params.sampling.top_k >= V) seq->params.sampling.top_k = 0;
-  seq->rng.seed(params.sampling.seed);  // the caller's seed, 0 included (HTTP draws one if none)
+  // The caller's seed, 0 included (HTTP draws one if none).
+  seq->sampler.emplace(seq->params.sampling, seq->tokens);
   Output out;
   out.arrival = Clock::now();
   out.decoder.emplace(*im.tok);

@@ -160,9 +160,12 @@ void parse_common(const json& body, CompletionRequest& req) {
     req.seed_given = true;
   }
   if (const auto f = get_number(body, "frequency_penalty", -2, 2, false, false))
-    req.params.frequency_penalty = float(*f);
+    s.frequency_penalty = float(*f);
   if (const auto p = get_number(body, "presence_penalty", -2, 2, false, false))
-    req.params.presence_penalty = float(*p);
+    s.presence_penalty = float(*p);
+  // vLLM's extension (Hugging Face's definition): over the prompt and the generated tokens.
+  if (const auto r = get_number(body, "repetition_penalty", 0, 10, true, false))
+    s.repetition_penalty = float(*r);
   if (const json* v = field(body, "stop")) {
     std::vector<std::string> stop;
     if (v->is_string()) {

@@ -19,9 +19,7 @@ namespace tensorpar {
 
 struct GenerationParams {
   int64_t max_tokens = 16;
-  SamplingParams sampling;       // temperature (0 = greedy), top_k, top_p, min_p, seed
-  float frequency_penalty = 0;   // OpenAI semantics, over the tokens generated so far
-  float presence_penalty = 0;
+  SamplingParams sampling;       // temperature (0 = greedy), filters, penalties, seed
   int top_logprobs = -1;         // -1: no logprobs; 0..20: the chosen token's + this many top
   std::vector<std::string> stop; // stop strings (the text is cut before the first one)
   bool ignore_eos = false;

@@ -73,13 +73,7 @@ StepSeq Scheduler::row(Sequence& s, int64_t n) {
   r.blocks = s.blocks;
   r.sample = s.computed + n == int64_t(s.tokens.size());
   if (r.sample) {
-    RowSampling& x = r.sampling;
-    x.params = s.params.sampling;
-    if (x.params.temperature > 0) x.u = double(s.rng() >> 11) * 0x1.0p-53;
-    x.frequency_penalty = s.params.frequency_penalty;
-    x.presence_penalty = s.params.presence_penalty;
-    if (x.frequency_penalty != 0 || x.presence_penalty != 0) x.counts.assign(s.counts.begin(), s.counts.end());
-    x.top_logprobs = s.params.top_logprobs;
+    r.sampling = s.sampler->next_row(s.params.top_logprobs);
   }
   return r;
 }
@@ -168,7 +162,7 @@ std::vector<std::pair<Sequence*, const RowSample*>> Scheduler::apply(const StepP
     TP_ASSERT(k < samples.size());
     const RowSample& x = samples[k++];
     s->tokens.push_back(x.token);
-    ++s->counts[x.token];
+    s->sampler->accept(x.token);
     out.emplace_back(s, &x);
   }
   return out;

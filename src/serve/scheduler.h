@@ -11,11 +11,12 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <random>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "infer/batch_sampler.h"
+#include "infer/sequence_sampler.h"
 #include "infer/step_plan.h"
 #include "serve/block_manager.h"
 #include "serve/request.h"
@@ -39,8 +40,7 @@ struct Sequence {
   std::vector<int32_t> blocks;  // block table
   int64_t committed = 0;        // leading full blocks registered in the prefix cache
   GenerationParams params;
-  std::mt19937_64 rng;          // this request's draws, one per sampled token
-  std::map<int32_t, int32_t> counts;  // generated token -> times (penalties)
+  std::optional<SequenceSampler> sampler;  // this request's draws and penalty history
   bool admitted = false;        // has run at least once (queue time measured)
   int64_t cached_prompt_tokens = 0;   // found in the prefix cache at first admission
   int64_t preemptions = 0;

@@ -9,7 +9,9 @@ CLI must say what it does (defaults in --help, warnings for flags that cannot ac
 Environment (set by tests/cli/CMakeLists.txt): TENSORPAR_BIN, TP_FIXTURES_DIR, TP_MPIEXEC
 (optional), TENSORPAR_COMM_TIMEOUT (every wait inside the binary ends by then; the timeouts here
 are derived from it, with a wide margin for a loaded machine).
-Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Docs]
+Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Pipeline|Docs|ReadmeCommands]
+(ReadmeCommands, in tests/cli/readme_commands.py: README.md's commands run on tiny fixtures and what
+the README says about them checked.)
 """
 import json
 import os
@@ -477,6 +479,8 @@ class Docs(Workdir):
                     checked += 1
         self.assertGreater(checked, 50)
 
+
+from readme_commands import ReadmeCommands  # noqa: E402,F401  (the -k ReadmeCommands group)
 
 if __name__ == "__main__":
     unittest.main()

@@ -1,7 +1,6 @@
 // The batched sharded sampler against the naive sampler on each full row (penalties applied
 // naively, logprobs by a double-precision log-softmax), at tp 1, 2, 3 with vocab sizes that do
-// not divide; against the single-row Sampler; and its collective count, which must not grow
-// with the rows.
+// not divide; and its collective count, which must not grow with the rows.
 #include "infer/batch_sampler.h"
 
 #include <algorithm>
@@ -123,8 +122,12 @@ RowSample naive_row(std::vector<float> x, const RowSampling& s) {
     for (int j = 0; j < s.top_logprobs && j < int(V); ++j)
       want.top.emplace_back(order[size_t(j)], float(lp[size_t(order[size_t(j)])]));
   }
-  for (const auto& [id, c] : s.counts)
-    x[size_t(id)] -= float(c) * s.frequency_penalty + (c > 0 ? s.presence_penalty : 0.0f);
+  const SamplingParams& p = s.params;
+  for (const auto& [id, c] : s.counts) {
+    float& v = x[size_t(id)];
+    if (p.repetition_penalty != 1.0f) v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+    v -= float(c) * p.frequency_penalty + (c > 0 ? p.presence_penalty : 0.0f);
+  }
   want.token = sample_full_naive(x.data(), V, s.params, s.u);
   if (s.top_logprobs >= 0) want.logprob = float(lp[size_t(want.token)]);
   return want;
@@ -185,8 +188,9 @@ RowSampling random_row(Rng& rng, int64_t V, int kind) {
   }
   s.u = double(rng.integer(0, 1 << 30)) / double(1 << 30);
   if (rng.integer(0, 2) == 1) {
-    s.frequency_penalty = rng.uniform(-0.5f, 1.5f);
-    s.presence_penalty = rng.uniform(-0.5f, 1.5f);
+    s.params.frequency_penalty = rng.uniform(-0.5f, 1.5f);
+    s.params.presence_penalty = rng.uniform(-0.5f, 1.5f);
+    if (rng.integer(0, 2) == 1) s.params.repetition_penalty = rng.uniform(0.5f, 2.0f);
     const int64_t c = rng.integer(1, std::min<int64_t>(V, 12));
     std::vector<int32_t> ids(static_cast<size_t>(V));
     for (int64_t i = 0; i < V; ++i) ids[size_t(i)] = int32_t(i);
@@ -236,52 +240,6 @@ TEST(BatchSampler, EveryKindAtEveryTpSize) {
     }
 }
 
-TEST(BatchSampler, EqualsTheSingleRowSamplerWithTheSameDraws) {
-  TP_SEED_TRACE();
-  Rng rng(3);
-  const int64_t V = 577, R = 7;
-  const SamplingParams kinds[] = {
-      {.temperature = 0, .seed = 1},
-      {.temperature = 1.0f, .seed = 2},
-      {.temperature = 0.7f, .top_k = 5, .seed = 3},
-      {.temperature = 1.3f, .top_p = 0.8f, .seed = 4},
-      {.temperature = 0.9f, .min_p = 0.1f, .seed = 5},
-      {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .min_p = 0.05f, .seed = 6},
-      {.temperature = 1.0f, .top_k = 1, .seed = 7},
-  };
-  for (int n : {1, 2, 3}) {
-    const auto logits = random_logits(rng, R, V);
-    std::vector<RowSampling> rows(static_cast<size_t>(R));
-    for (int64_t r = 0; r < R; ++r) {
-      rows[size_t(r)].params = kinds[r];
-      Sampler draws(kinds[r]);  // the uniform the single-row sampler will draw first
-      rows[size_t(r)].u = kinds[r].temperature > 0 ? draws.next_uniform() : 0.0;
-    }
-    std::vector<std::vector<int32_t>> single(static_cast<size_t>(n));
-    std::vector<std::vector<RowSample>> batch(static_cast<size_t>(n));
-    launch_ranks({.backend = Backend::kThreads,
-                  .n_ranks = n,
-                  .threads_per_rank = 1,
-                  .comm = CommOptions::from_env()},
-                 [&](Communicator& tp) {
-                   const Range vr = vocab_range(V, tp.size(), tp.rank());
-                   Tensor local = Tensor::empty({R, vr.size()}, DType::kF32);
-                   for (int64_t r = 0; r < R; ++r) {
-                     std::copy_n(logits[size_t(r)].data() + vr.begin, vr.size(),
-                                 local.data<float>() + r * vr.size());
-                     Sampler s(kinds[r]);
-                     single[size_t(tp.rank())].push_back(
-                         s.sample(logits[size_t(r)].data() + vr.begin, vr, tp));
-                   }
-                   batch[size_t(tp.rank())] = sample_batch(local, vr, rows, tp);
-                 });
-    for (int k = 0; k < n; ++k)
-      for (int64_t r = 0; r < R; ++r)
-        EXPECT_EQ(batch[size_t(k)][size_t(r)].token, single[size_t(k)][size_t(r)])
-            << "tp " << n << " rank " << k << " row " << r;
-  }
-}
-
 TEST(BatchSampler, GreedyTiesGoToTheLowestIdAcrossRanks) {
   // V = 37: at tp 2 the ranks hold [0, 19) and [19, 37); at tp 3 [0, 13), [13, 25), [25, 37).
   const int64_t V = 37;
@@ -295,8 +253,8 @@ TEST(BatchSampler, GreedyTiesGoToTheLowestIdAcrossRanks) {
   logits[3][25] = 6;
   std::vector<RowSampling> rows(4);
   rows[1].top_logprobs = 3;  // ties in the alternatives too: 12, 13, 30
-  rows[3].frequency_penalty = 0.5f;
-  rows[3].presence_penalty = 0.5f;
+  rows[3].params.frequency_penalty = 0.5f;
+  rows[3].params.presence_penalty = 0.5f;
   rows[3].counts = {{25, 1}};
   for (int n : {1, 2, 3}) {
     const BatchRun run = run_batch(logits, V, rows, n);
@@ -325,11 +283,11 @@ TEST(BatchSampler, LogprobsAreOfTheRawLogitsBeforePenaltiesAndTemperature) {
   logits[1][60] = 9;
   std::vector<RowSampling> rows(2);
   rows[0].counts = {{7, 3}};
-  rows[0].frequency_penalty = 4;
+  rows[0].params.frequency_penalty = 4;
   rows[0].top_logprobs = 2;
   rows[1].params = {.temperature = 2.0f, .top_k = 3};
   rows[1].counts = {{60, 2}};
-  rows[1].presence_penalty = 20;
+  rows[1].params.presence_penalty = 20;
   rows[1].top_logprobs = 2;
   rows[1].u = 0.5;
   for (int n : {1, 2, 3}) {
@@ -340,6 +298,35 @@ TEST(BatchSampler, LogprobsAreOfTheRawLogitsBeforePenaltiesAndTemperature) {
       EXPECT_NE(got.token, r == 0 ? 7 : 60);
       EXPECT_EQ(got.top[0].first, r == 0 ? 7 : 60);  // still the most likely by the raw logits
     }
+  }
+}
+
+TEST(BatchSampler, RepetitionPenaltyCoversThePromptFrequencyAndPresenceOnlyGenerated) {
+  // Greedy rows over V = 50 with logits 0 except: 7 -> 3 (positive), 11 -> 2.5, 13 -> -1.
+  const int64_t V = 50;
+  std::vector<std::vector<float>> logits(4, std::vector<float>(size_t(V), 0.0f));
+  for (auto& row : logits) row[7] = 3, row[11] = 2.5f, row[13] = -1;
+  std::vector<RowSampling> rows(4);
+  // Row 0: 7 seen in the prompt only (count 0); repetition 1.5 makes it 2 < 2.5: 11 wins.
+  rows[0].params.repetition_penalty = 1.5f;
+  rows[0].counts = {{7, 0}};
+  // Row 1: the same prompt-only 7 with frequency and presence penalties alone: they do not act.
+  rows[1].params.frequency_penalty = 2, rows[1].params.presence_penalty = 2;
+  rows[1].counts = {{7, 0}};
+  // Row 2: a negative logit is multiplied (more negative); the top stays 7.
+  rows[2].params.repetition_penalty = 2;
+  rows[2].counts = {{13, 1}};
+  rows[2].top_logprobs = 0;
+  // Row 3: a penalty below 1 favours seen tokens: 11 becomes 2.5 / 0.5 = 5 > 3.
+  rows[3].params.repetition_penalty = 0.5f;
+  rows[3].counts = {{11, 2}};
+  for (int n : {1, 2, 3}) {
+    const BatchRun run = run_batch(logits, V, rows, n);
+    expect_matches_naive(run, logits, rows, "tp " + std::to_string(n));
+    EXPECT_EQ(run.results[0][0].token, 11);
+    EXPECT_EQ(run.results[0][1].token, 7);
+    EXPECT_EQ(run.results[0][2].token, 7);
+    EXPECT_EQ(run.results[0][3].token, 11);
   }
 }
 
@@ -380,13 +367,13 @@ TEST(BatchSampler, CollectivesDoNotGrowWithTheRows) {
   RowSampling greedy, greedy_lp, temp, topk, minp, topp;
   greedy_lp.top_logprobs = 5;
   greedy_lp.counts = {{3, 2}, {900, 1}};
-  greedy_lp.frequency_penalty = 0.5f;
-  greedy_lp.presence_penalty = 0.3f;
+  greedy_lp.params.frequency_penalty = 0.5f;
+  greedy_lp.params.presence_penalty = 0.3f;
   temp.params = {.temperature = 0.8f};
   temp.u = 0.3;
   temp.top_logprobs = 2;
   temp.counts = {{10, 1}};
-  temp.presence_penalty = 1;
+  temp.params.presence_penalty = 1;
   topk.params = {.temperature = 1.0f, .top_k = 20};
   topk.u = 0.9;
   minp.params = {.temperature = 1.0f, .min_p = 0.1f};
@@ -436,6 +423,8 @@ TEST(BatchSampler, RejectsBadInput) {
   rejects([](RowSampling& s) { s.counts = {{3, 1}, {3, 2}}; });  // a token twice
   rejects([](RowSampling& s) { s.counts = {{3, -1}}; });
   rejects([](RowSampling& s) { s.top_logprobs = -2; });
+  rejects([](RowSampling& s) { s.params.repetition_penalty = 0; });
+  rejects([](RowSampling& s) { s.params.frequency_penalty = NAN; });
   // Shape: two rows of logits for one row of params.
   launch_ranks({.backend = Backend::kThreads, .n_ranks = 1, .threads_per_rank = 1},
                [&](Communicator& tp) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "comm/launch.h"
@@ -52,6 +53,34 @@ TEST_P(FixtureGenerate, GreedyAndLogitsMatchTransformersAtEveryTpSize) {
                    std::lock_guard<std::mutex> lk(mu);
                    EXPECT_EQ(r.tokens, greedy) << "tp " << n << " rank " << tp.rank();
                    EXPECT_LT(testing::max_abs_diff(dumped, ref_logits), 1e-4) << "tp " << n;
+                 });
+  }
+}
+
+// A repetition penalty over the prompt and the generated tokens (Hugging Face's definition):
+// the continuation transformers' generate() produced (greedy_repetition.json, made by
+// tools/make_penalty_fixtures.py), at every TP size.
+TEST_P(FixtureGenerate, RepetitionPenaltyMatchesTransformersAtEveryTpSize) {
+  const std::string dir = testing::model_fixture(GetParam());
+  const auto prompt = testing::read_numbers<int32_t>(dir + "/tokens.txt");
+  std::ifstream f(dir + "/greedy_repetition.json");
+  ASSERT_TRUE(f) << dir << "/greedy_repetition.json missing (tools/make_penalty_fixtures.py)";
+  const auto ref = nlohmann::json::parse(f);
+  const auto want = ref.at("new_tokens").get<std::vector<int32_t>>();
+  const Tokenizer tok = byte_tokenizer();
+  for (int n : {1, 2, 3}) {
+    std::mutex mu;
+    launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
+                 [&](Communicator& tp) {
+                   auto model = load_model(dir, tp);
+                   auto cache = model->make_cache(64);
+                   GenerateOptions opt;
+                   opt.max_tokens = int64_t(want.size());
+                   opt.stop_on_eos = false;
+                   opt.sampling.repetition_penalty = ref.at("repetition_penalty").get<float>();
+                   const auto r = generate(*model, *cache, prompt, opt, tp.rank() == 0 ? &tok : nullptr, nullptr);
+                   std::lock_guard<std::mutex> lk(mu);
+                   EXPECT_EQ(r.tokens, want) << "tp " << n << " rank " << tp.rank();
                  });
   }
 }

@@ -1,10 +1,13 @@
-// The sharded sampler against the naive sampler on the full row, at several TP sizes.
+// The naive sampler's own definition, parameter validation, and the sampling path as a whole
+// against the softmax. The sharded sampler against the naive one: batch_sampler_test.cpp.
 #include <cmath>
 #include <mutex>
 #include <vector>
 
 #include "comm/launch.h"
+#include "infer/batch_sampler.h"
 #include "infer/sampler.h"
+#include "infer/sequence_sampler.h"
 #include "parallel/partition.h"
 #include "test_util.h"
 
@@ -13,51 +16,11 @@ namespace {
 
 using testing::Rng;
 
-// Runs `draws` samples at tp = n and checks each equals the naive choice with the same u.
-void check_matches_naive(const SamplingParams& p, int n, int64_t V, int draws, uint64_t salt) {
-  Rng rng(salt);
-  std::vector<std::vector<float>> rows(static_cast<size_t>(draws));
-  for (auto& r : rows) r = rng.uniform_vec(size_t(V), -4, 4);
-  // Plant ties and a dominant token in some rows.
-  rows[0][size_t(V / 2)] = 10;
-  if (V > 3) rows[0][3] = 10;
-  std::vector<std::vector<int32_t>> got(static_cast<size_t>(n));
-  launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
-               [&](Communicator& tp) {
-                 Sampler s(p);
-                 const Range vr = vocab_range(V, tp.size(), tp.rank());
-                 for (auto& row : rows) got[size_t(tp.rank())].push_back(s.sample(row.data() + vr.begin, vr, tp));
-               });
-  Sampler ref(p);  // the same stream of uniforms
-  for (int d = 0; d < draws; ++d) {
-    const double u = p.temperature > 0 ? ref.next_uniform() : 0.0;
-    const int32_t want = sample_full_naive(rows[size_t(d)].data(), V, p, u);
-    for (int r = 0; r < n; ++r) ASSERT_EQ(got[size_t(r)][size_t(d)], want) << "rank " << r << " draw " << d << " tp " << n;
-  }
-}
-
-TEST(Sampler, GreedyIsExactArgmaxLowestIdOnTies) {
-  TP_SEED_TRACE();
-  for (int n : {1, 2, 3, 4}) check_matches_naive({}, n, 33, 20, 1);
-  // Naive greedy picks the lowest index among ties (10 at 3 and at V/2).
+TEST(Sampler, NaiveGreedyIsTheArgmaxLowestIdOnTies) {
+  // Naive greedy picks the lowest index among ties (10 at 3 and at 16).
   std::vector<float> row(33, 0.f);
   row[3] = row[16] = 10;
   EXPECT_EQ(sample_full_naive(row.data(), 33, {}, 0), 3);
-}
-
-TEST(Sampler, FiltersMatchTheFullRowAtEveryTpSize) {
-  TP_SEED_TRACE();
-  const SamplingParams cases[] = {
-      {.temperature = 1.0f, .seed = 7},
-      {.temperature = 0.7f, .top_k = 5, .seed = 8},
-      {.temperature = 1.3f, .top_p = 0.8f, .seed = 9},
-      {.temperature = 0.9f, .min_p = 0.1f, .seed = 10},
-      {.temperature = 1.0f, .top_k = 40, .top_p = 0.9f, .min_p = 0.05f, .seed = 11},
-      {.temperature = 1.0f, .top_k = 1, .seed = 12},
-  };
-  int c = 0;
-  for (const auto& p : cases)
-    for (int n : {1, 2, 3, 4}) check_matches_naive(p, n, 577, 25, uint64_t(100 + c++));
 }
 
 TEST(Sampler, NaiveTopKAndTopPKeepTheRightSets) {
@@ -77,9 +40,10 @@ TEST(Sampler, NaiveTopKAndTopPKeepTheRightSets) {
   EXPECT_EQ(sample_full_naive(l, 4, p, 0.0), 1);
 }
 
+// The whole path a sequence samples through (SequenceSampler's draws, the sharded batch
+// sampler) at tp 3: 4000 draws over V = 7, counts within 5 standard deviations of the softmax.
 TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
   TP_SEED_TRACE();
-  // 4000 draws at tp 3 over V = 7: counts within 5 standard deviations of the softmax.
   const int64_t V = 7;
   const std::vector<float> row = {0.1f, -1.0f, 0.7f, 2.0f, -0.3f, 1.1f, 0.0f};
   const float T = 0.8f;
@@ -88,10 +52,14 @@ TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
   const int draws = 4000;
   launch_ranks({.backend = Backend::kThreads, .n_ranks = 3, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                [&](Communicator& tp) {
-                 Sampler s({.temperature = T, .seed = testing::test_seed()});
+                 SequenceSampler s({.temperature = T, .seed = testing::test_seed()}, {});
                  const Range vr = vocab_range(V, tp.size(), tp.rank());
+                 Tensor local = Tensor::empty({1, vr.size()}, DType::kF32);
                  for (int i = 0; i < draws; ++i) {
-                   const int32_t id = s.sample(row.data() + vr.begin, vr, tp);
+                   std::copy_n(row.data() + vr.begin, vr.size(), local.data<float>());
+                   const RowSampling r = s.next_row();
+                   const int32_t id = sample_batch(local, vr, std::span(&r, 1), tp)[0].token;
+                   s.accept(id);
                    if (tp.rank() == 0) {
                      std::lock_guard<std::mutex> lk(mu);
                      ++counts[size_t(id)];
@@ -108,9 +76,18 @@ TEST(Sampler, TemperatureSamplingFollowsTheSoftmax) {
 }
 
 TEST(Sampler, RejectsBadParams) {
-  EXPECT_THROW(Sampler({.temperature = -1}), Error);
-  EXPECT_THROW(Sampler({.temperature = 1, .top_p = 0}), Error);
-  EXPECT_THROW(Sampler({.temperature = 1, .min_p = 1}), Error);
+  EXPECT_THROW(validate({.temperature = -1}), Error);
+  EXPECT_THROW(validate({.temperature = NAN}), Error);
+  EXPECT_THROW(validate({.temperature = 1, .top_k = -1}), Error);
+  EXPECT_THROW(validate({.temperature = 1, .top_p = 0}), Error);
+  EXPECT_THROW(validate({.temperature = 1, .min_p = 1}), Error);
+  EXPECT_THROW(validate({.repetition_penalty = 0}), Error);
+  EXPECT_THROW(validate({.repetition_penalty = 11}), Error);
+  EXPECT_THROW(validate({.frequency_penalty = INFINITY}), Error);
+  EXPECT_THROW(validate({.presence_penalty = NAN}), Error);
+  EXPECT_NO_THROW(validate({.temperature = 0.7f, .top_k = 40, .top_p = 0.9f, .min_p = 0.05f,
+                            .repetition_penalty = 1.1f, .frequency_penalty = -2,
+                            .presence_penalty = 2}));
 }
 
 }  // namespace

@@ -17,7 +17,9 @@ StepPlan sample_plan() {
   b.id = 4, b.pos0 = 0, b.tokens = {1}, b.blocks = {0}, b.sample = true;
   b.sampling.params.temperature = 0.7f, b.sampling.params.top_k = 40, b.sampling.params.top_p = 0.9f;
   b.sampling.params.min_p = 0.05f, b.sampling.u = 0.123456789012345;
-  b.sampling.frequency_penalty = 0.5f, b.sampling.presence_penalty = -0.25f, b.sampling.top_logprobs = 3;
+  b.sampling.params.frequency_penalty = 0.5f, b.sampling.params.presence_penalty = -0.25f;
+  b.sampling.params.repetition_penalty = 1.25f;
+  b.sampling.top_logprobs = 3;
   b.sampling.counts = {{11, 2}, {12, 1}};
   p.seqs = {a, b};
   return p;
@@ -39,8 +41,9 @@ void expect_equal(const StepPlan& x, const StepPlan& y) {
     EXPECT_EQ(a.sampling.params.top_p, b.sampling.params.top_p);
     EXPECT_EQ(a.sampling.params.min_p, b.sampling.params.min_p);
     EXPECT_EQ(a.sampling.u, b.sampling.u);
-    EXPECT_EQ(a.sampling.frequency_penalty, b.sampling.frequency_penalty);
-    EXPECT_EQ(a.sampling.presence_penalty, b.sampling.presence_penalty);
+    EXPECT_EQ(a.sampling.params.frequency_penalty, b.sampling.params.frequency_penalty);
+    EXPECT_EQ(a.sampling.params.repetition_penalty, b.sampling.params.repetition_penalty);
+    EXPECT_EQ(a.sampling.params.presence_penalty, b.sampling.params.presence_penalty);
     EXPECT_EQ(a.sampling.top_logprobs, b.sampling.top_logprobs);
     EXPECT_EQ(a.sampling.counts, b.sampling.counts);
   }

@@ -79,6 +79,7 @@ TEST(OpenAIParse, ChatReadsEveryField) {
       {"stop", {"###", "END"}},
       {"frequency_penalty", 0.5},
       {"presence_penalty", -1},
+      {"repetition_penalty", 1.2},
       {"logprobs", true},
       {"top_logprobs", 3},
       {"n", 1},
@@ -107,8 +108,9 @@ TEST(OpenAIParse, ChatReadsEveryField) {
   EXPECT_EQ(r.params.sampling.seed, 42u);
   EXPECT_TRUE(r.seed_given);
   EXPECT_EQ(r.params.stop, (std::vector<std::string>{"###", "END"}));
-  EXPECT_FLOAT_EQ(r.params.frequency_penalty, 0.5f);
-  EXPECT_FLOAT_EQ(r.params.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r.params.sampling.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.params.sampling.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(r.params.sampling.repetition_penalty, 1.2f);
   EXPECT_EQ(r.params.top_logprobs, 3);
   EXPECT_TRUE(r.stream);
   EXPECT_TRUE(r.include_usage);
@@ -190,6 +192,7 @@ TEST(OpenAIParse, EveryBadChatInputIs400NamingItsField) {
       {chat_with(R"("min_p": -0.1)"), "min_p"},
       {chat_with(R"("frequency_penalty": 2.5)"), "frequency_penalty"},
       {chat_with(R"("presence_penalty": -3)"), "presence_penalty"},
+      {chat_with(R"("repetition_penalty": 0)"), "repetition_penalty"},
       {chat_with(R"("max_tokens": 0)"), "max_tokens"},
       {chat_with(R"("max_tokens": -5)"), "max_tokens"},
       {chat_with(R"("max_tokens": 1.5)"), "max_tokens"},

@@ -19,6 +19,7 @@ std::unique_ptr<Sequence> make_seq(int64_t id, int64_t n_prompt, int32_t first =
   std::iota(s->tokens.begin(), s->tokens.end(), first);
   s->n_prompt = n_prompt;
   s->params.max_tokens = max_tokens;
+  s->sampler.emplace(s->params.sampling, s->tokens);
   return s;
 }
 
@@ -172,7 +173,8 @@ TEST(Scheduler, SamplingDrawsFollowTheRequestSeed) {
   for (int64_t id : {1, 2}) {
     auto q = make_seq(id, 3);
     q->params.sampling.temperature = 1.0f;
-    q->rng.seed(42);
+    q->params.sampling.seed = 42;
+    q->sampler.emplace(q->params.sampling, q->tokens);
     s.add(std::move(q));
   }
   const StepPlan p = s.plan();
