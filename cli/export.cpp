@@ -15,11 +15,12 @@ namespace fs = std::filesystem;
 
 struct ExportOptions {
   std::string checkpoint, out;
+  std::string dtype = "f32";
 };
 
 void run_export(const ExportOptions& o) {
   TP_CHECK(fs::exists(o.checkpoint), "[export] --checkpoint ", o.checkpoint, ": no such directory");
-  const int64_t n = export_hf(o.checkpoint, o.out);
+  const int64_t n = export_hf(o.checkpoint, o.out, dtype_from_name(o.dtype));
   const ShardedCheckpointReader r(o.checkpoint);
   std::string note = "";
   if (stored_model_config(r.state(), r.dir()).rope.layout == RopeLayout::kInterleaved)
@@ -35,8 +36,9 @@ void run_export(const ExportOptions& o) {
   } else if (!tok.empty()) {
     note += " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied: generate with --tokenizer " + tok + ")";
   }
-  std::printf("exported %lld tensors of %s (step %lld) to %s%s\n", (long long)n, r.dir().c_str(),
-              (long long)r.state().value("step", int64_t(0)), o.out.c_str(), note.c_str());
+  std::printf("exported %lld %s tensors of %s (step %lld) to %s%s\n", (long long)n, o.dtype.c_str(),
+              r.dir().c_str(), (long long)r.state().value("step", int64_t(0)), o.out.c_str(),
+              note.c_str());
 }
 
 }  // namespace
@@ -49,6 +51,11 @@ void add_export_command(CLI::App& app) {
                   "Checkpoint (a step-N directory or a root with latest)")
       ->required();
   cmd->add_option("--out", o->out, "Output HF directory")->required();
+  cmd->add_option("--dtype", o->dtype,
+                  "Weights' dtype in model.safetensors (f32: the training master weights as "
+                  "they are; bf16 / f16: half the bytes, each value rounded once)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}))
+      ->capture_default_str();
   cmd->callback([o] { run_export(*o); });
 }
 

@@ -137,7 +137,9 @@ Tensor gguf_qk_rows_to_hf(const Tensor& t, int64_t head_dim) {
   return out;
 }
 
-int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
+int64_t export_hf(const std::string& checkpoint, const std::string& out_dir, DType dtype) {
+  TP_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+           "[export_hf] dtype ", dtype_name(dtype), ": expected f32, bf16 or f16");
   ShardedCheckpointReader r(checkpoint);
   const std::string where = r.dir() + "/index.json";
   const ModelConfig c = stored_model_config(r.state(), where);
@@ -146,7 +148,8 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
            ": interleaved RoPE on a non-llama model");
   ModelConfig hf = c;
   hf.rope.layout = RopeLayout::kHalfSplit;  // what the rows are once gguf_qk_rows_to_hf has run
-  const nlohmann::json config = hf_config_json(hf);
+  nlohmann::json config = hf_config_json(hf);
+  config["torch_dtype"] = dtype == DType::kF32 ? "float32" : dtype == DType::kBF16 ? "bfloat16" : "float16";
   const std::string prefix = "param/";
   std::vector<NamedTensor> out;
   std::map<std::string, Tensor> gpt2_qkv;  // "<layer prefix>|w" / "|b" -> pieces gathered below
@@ -180,6 +183,9 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir) {
       out.push_back({p + "bias", b});
     }
   }
+  // The checkpoint's masters are f32; a 16-bit export rounds each value once (to nearest even).
+  if (dtype != DType::kF32)
+    for (NamedTensor& t : out) t.tensor = t.tensor.to(dtype);
   fs::create_directories(out_dir);
   save_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}});
   const std::string text = config.dump(2) + "\n";

@@ -33,8 +33,10 @@ ModelConfig stored_model_config(const nlohmann::json& state, const std::string& 
 Tensor gguf_qk_rows_to_hf(const Tensor& t, int64_t head_dim);
 
 // Reads the checkpoint (a step directory or a root with `latest`) and writes out_dir/config.json
-// and out_dir/model.safetensors (f32). A GGUF llama run is written as a plain HF llama directory
-// (q/k rows through gguf_qk_rows_to_hf, half-split RoPE). Returns the number of tensors written.
-int64_t export_hf(const std::string& checkpoint, const std::string& out_dir);
+// and out_dir/model.safetensors in `dtype` (f32: the master weights as they are; bf16 or f16:
+// each value rounded once; config.json's torch_dtype says which). A GGUF llama run is written as
+// a plain HF llama directory (q/k rows through gguf_qk_rows_to_hf, half-split RoPE). Returns the
+// number of tensors written.
+int64_t export_hf(const std::string& checkpoint, const std::string& out_dir, DType dtype = DType::kF32);
 
 }  // namespace tensorpar

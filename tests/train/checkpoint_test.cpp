@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
+#include "io/safetensors.h"
 #include "io/sharded_checkpoint.h"
 #include "train/hf_export.h"
 #include "train/train_test_util.h"
@@ -302,6 +305,67 @@ TEST(Export, HfDirectoryLoadsToTheSameLogits) {
     EXPECT_EQ(direct, exported);
     fs::remove_all(root);
   }
+}
+
+// bf16 by hand: round to nearest, ties to even, on the f32 bits (finite values).
+uint16_t bf16_bits_naive(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return uint16_t((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+// `export --dtype bf16|f16`: every tensor in that dtype, each value the f32 export's value
+// rounded once (bf16 by hand, f16 by the compiler's _Float16 conversion), torch_dtype said in
+// config.json, and the 16-bit directory loads and runs.
+TEST(Export, SixteenBitExportRoundsEachMasterValueOnce) {
+  const ModelConfig c = tiny_llama();
+  const std::string root = fresh_dir("export16");
+  const TokenCorpus corpus = random_corpus(3000, c.vocab_size, 4);
+  TrainOptions o = small_options();
+  o.steps = 1;
+  o.out_dir = root;
+  run_model_ranks(1, [&](Communicator& world) {
+    auto m = init_model(c, world, 8);
+    Trainer(*m, corpus, o).run(nullptr);
+  });
+  const int64_t n = export_hf(root, root + "/f32");
+  auto f32 = SafetensorsFile::open(root + "/f32/model.safetensors");
+  for (const char* name : {"bf16", "f16"}) {
+    SCOPED_TRACE(name);
+    const DType dt = dtype_from_name(name);
+    const std::string out = root + "/" + name;
+    EXPECT_EQ(export_hf(root, out, dt), n);
+    std::ifstream cf(out + "/config.json");
+    EXPECT_EQ(nlohmann::json::parse(cf).at("torch_dtype"), dt == DType::kBF16 ? "bfloat16" : "float16");
+    auto half = SafetensorsFile::open(out + "/model.safetensors");
+    ASSERT_EQ(half->header().entries.size(), size_t(n));
+    for (const auto& e : half->header().entries) {
+      ASSERT_EQ(e.format->dtype, dt) << e.name;
+      const StoredTensor a = f32->stored(e.name), b = half->stored(e.name);
+      ASSERT_EQ(a.shape, b.shape) << e.name;
+      const int64_t count = b.nbytes / 2;
+      ASSERT_EQ(a.nbytes, 4 * count) << e.name;
+      for (int64_t i = 0; i < count; ++i) {
+        float x;
+        uint16_t got, want;
+        std::memcpy(&x, a.data + 4 * i, 4);
+        std::memcpy(&got, b.data + 2 * i, 2);
+        if (dt == DType::kBF16) {
+          want = bf16_bits_naive(x);
+        } else {
+          const _Float16 h = static_cast<_Float16>(x);
+          std::memcpy(&want, &h, 2);
+        }
+        ASSERT_EQ(got, want) << e.name << " element " << i << " value " << x;
+      }
+    }
+    run_model_ranks(2, [&](Communicator& world) {
+      auto m = load_model(out, world);
+      EXPECT_EQ(m->config().summary(), c.summary());
+    });
+  }
+  EXPECT_THROW(export_hf(root, root + "/q", DType::kQ4_1), Error);
+  fs::remove_all(root);
 }
 
 }  // namespace
