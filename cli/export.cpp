@@ -1,5 +1,5 @@
 // `tensorpar export`: a sharded training checkpoint -> a plain HF directory (config.json +
-// model.safetensors, + the tokenizer files when the run's tokenizer was an HF one) that
+// model.safetensors + the run's tokenizer, a GGUF's written as tokenizer.json) that
 // `tensorpar generate` and transformers load; a GGUF llama run's included (hf_export.h).
 #include <cstdio>
 #include <filesystem>
@@ -25,17 +25,8 @@ void run_export(const ExportOptions& o) {
   std::string note = "";
   if (stored_model_config(r.state(), r.dir()).rope.layout == RopeLayout::kInterleaved)
     note = " (q/k rows put back from GGUF llama order into HF's)";
-  const std::string tok = r.state().value("tokenizer", std::string());
-  if (!tok.empty() && fs::is_directory(tok)) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
-      if (fs::exists(fs::path(tok) / f))
-        fs::copy_file(fs::path(tok) / f, fs::path(o.out) / f, fs::copy_options::overwrite_existing);
-  } else if (!tok.empty() && fs::is_regular_file(tok) && tok.size() > 5 &&
-             tok.compare(tok.size() - 5, 5, ".json") == 0) {
-    fs::copy_file(tok, fs::path(o.out) / "tokenizer.json", fs::copy_options::overwrite_existing);
-  } else if (!tok.empty()) {
-    note += " (tokenizer '" + tok + "' is not an HF tokenizer.json; none copied: generate with --tokenizer " + tok + ")";
-  }
+  const std::string tok = export_tokenizer(r.state().value("tokenizer", std::string()), o.out);
+  if (!tok.empty()) note += "; " + tok;
   std::printf("exported %lld %s tensors of %s (step %lld) to %s%s\n", (long long)n, o.dtype.c_str(),
               r.dir().c_str(), (long long)r.state().value("step", int64_t(0)), o.out.c_str(),
               note.c_str());

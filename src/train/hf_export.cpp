@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors_writer.h"
+#include "model/tokenizer_loader.h"
+#include "tokenizer/tokenizer_json_writer.h"
 #include "io/sharded_checkpoint.h"
 
 namespace tensorpar {
@@ -191,6 +193,37 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir, DTy
   const std::string text = config.dump(2) + "\n";
   write_file_atomic(out_dir + "/config.json", std::as_bytes(std::span(text.data(), text.size())));
   return int64_t(out.size());
+}
+
+std::string export_tokenizer(const std::string& source, const std::string& out_dir) {
+  if (source.empty()) return "";
+  const fs::path out(out_dir);
+  if (fs::is_directory(source)) {
+    std::string copied;
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"})
+      if (fs::exists(fs::path(source) / f)) {
+        fs::copy_file(fs::path(source) / f, out / f, fs::copy_options::overwrite_existing);
+        copied += std::string(copied.empty() ? "" : ", ") + f;
+      }
+    TP_CHECK(!copied.empty(), "[export] tokenizer directory ", source, " has no tokenizer.json");
+    return "tokenizer copied from " + source + " (" + copied + ")";
+  }
+  if (!fs::is_regular_file(source))
+    return "no tokenizer written: the run's tokenizer " + source +
+           " no longer exists (generate from the export with --tokenizer FILE)";
+  if (is_gguf_file(source)) {
+    write_hf_tokenizer_files(read_gguf_vocab(source), out, gguf_chat_template(source));
+    return "tokenizer of " + source + " written as tokenizer.json + tokenizer_config.json";
+  }
+  TP_CHECK(source.size() > 5 && source.compare(source.size() - 5, 5, ".json") == 0,
+           "[export] the run's tokenizer ", source, " is neither a tokenizer.json, a GGUF nor a directory");
+  try {
+    load_tokenizer(source);  // a JSON file that is no tokenizer is not copied as one
+  } catch (const Error& e) {
+    throw Error("[export] the run's tokenizer " + source + " is not a tokenizer.json: " + e.what());
+  }
+  fs::copy_file(source, out / "tokenizer.json", fs::copy_options::overwrite_existing);
+  return "tokenizer.json copied from " + source;
 }
 
 }  // namespace tensorpar

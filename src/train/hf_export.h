@@ -39,4 +39,10 @@ Tensor gguf_qk_rows_to_hf(const Tensor& t, int64_t head_dim);
 // number of tensors written.
 int64_t export_hf(const std::string& checkpoint, const std::string& out_dir, DType dtype = DType::kF32);
 
+// The run's tokenizer into out_dir, so the export is self-contained: an HF model directory's
+// tokenizer.json / tokenizer_config.json / special_tokens_map.json copied, a tokenizer.json file
+// copied, a GGUF's vocabulary written as tokenizer.json + tokenizer_config.json (its chat template
+// included). Returns what was done, for the user ("" when `source` is empty).
+std::string export_tokenizer(const std::string& source, const std::string& out_dir);
+
 }  // namespace tensorpar

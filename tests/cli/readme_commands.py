@@ -642,8 +642,9 @@ class ReadmeCommands(unittest.TestCase):
     def test_exports_hold_the_stated_files(self):
         self.readme_says("`tensorpar export` assembles the shards into a plain HF directory (config.json, "
                          "model.safetensors")
-        self.readme_says("the tokenizer.json copied when the run used one")
-        self.readme_says("A GGUF tokenizer is not converted to a tokenizer.json")
+        self.readme_says("tokenizer.json copied, or written from a GGUF's vocabulary")
+        self.readme_says("The GGUF's tokenizer is written into the export as tokenizer.json + "
+                         "tokenizer_config.json")
         exports = self.runs_of(r"tensorpar export")
         self.assertGreaterEqual(len(exports), 2)
         for r in exports:
@@ -654,6 +655,8 @@ class ReadmeCommands(unittest.TestCase):
                 want = {"config.json", "model.safetensors"}
                 if tokenizer.endswith("tokenizer.json"):
                     want.add("tokenizer.json")
+                elif tokenizer.endswith(".gguf"):
+                    want |= {"tokenizer.json", "tokenizer_config.json"}
                 self.assertEqual({p.name for p in (self.work / out).iterdir()}, want)
 
     def test_dumped_logits_are_tokens_by_vocab(self):

@@ -13,6 +13,7 @@
 
 #include "io/safetensors.h"
 #include "io/sharded_checkpoint.h"
+#include "model/tokenizer_loader.h"
 #include "train/checkpoint.h"
 #include "train/train_test_util.h"
 #include "train/trainer.h"
@@ -197,7 +198,6 @@ TEST(Export, GgufLlamaRunBecomesPlainHfDirectory) {
 }
 
 // The Trainer stores a GGUF llama run's config (interleaved layout) in its checkpoints.
-// DISABLED_ until Trainer::save's call of store_model_config is committed (trainer.cpp).
 TEST(Trainer, CheckpointOfGgufRunHasItsConfig) {
   const std::string root = fresh_dir("trainer");
   LoadOptions lo;
@@ -233,6 +233,44 @@ TEST(Trainer, CheckpointOfGgufRunHasItsConfig) {
     const std::string e = error_of([&] { wrong.resume(root); });
     EXPECT_NE(e.find("interleaved RoPE"), std::string::npos) << e;
   });
+  fs::remove_all(root);
+}
+
+// export_tokenizer: a GGUF's vocabulary written as tokenizer.json + tokenizer_config.json that
+// load back to the GGUF tokenizer's ids; HF files copied; a vanished source is said, not fatal;
+// a file that is no tokenizer is refused.
+TEST(Export, TheRunsTokenizerTravelsWithTheExport) {
+  const std::string root = fresh_dir("tok");
+  const std::string gguf = gguf_fixture();
+  fs::create_directories(root + "/from_gguf");
+  const std::string said = export_tokenizer(gguf, root + "/from_gguf");
+  EXPECT_NE(said.find("written as tokenizer.json"), std::string::npos) << said;
+  EXPECT_TRUE(fs::exists(root + "/from_gguf/tokenizer_config.json"));
+  const Tokenizer a = load_tokenizer(gguf), b = load_tokenizer(root + "/from_gguf");
+  for (const std::string text : {"Hello, world!", "  two  spaces\n\tand a tab", "caf\xc3\xa9 123"}) {
+    EXPECT_EQ(b.encode(text), a.encode(text)) << text;
+    EXPECT_EQ(b.decode(a.encode(text)), a.decode(a.encode(text))) << text;
+  }
+  // An HF tokenizer.json (a file) and an HF directory are copied.
+  const std::string json = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+  fs::create_directories(root + "/from_json");
+  export_tokenizer(json, root + "/from_json");
+  EXPECT_TRUE(fs::exists(root + "/from_json/tokenizer.json"));
+  fs::create_directories(root + "/from_dir");
+  EXPECT_NE(export_tokenizer(root + "/from_gguf", root + "/from_dir").find("tokenizer_config.json"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(root + "/from_dir/tokenizer.json"));
+  // Gone since the run: said, and nothing written.
+  fs::create_directories(root + "/gone");
+  EXPECT_NE(export_tokenizer(root + "/moved.gguf", root + "/gone").find("--tokenizer"), std::string::npos);
+  EXPECT_FALSE(fs::exists(root + "/gone/tokenizer.json"));
+  // Not a tokenizer.
+  std::string e = error_of([&] { export_tokenizer(model_fixture("llama_gqa") + "/model.safetensors", root + "/gone"); });
+  EXPECT_NE(e.find("neither a tokenizer.json"), std::string::npos) << e;
+  e = error_of([&] { export_tokenizer(model_fixture("llama_gqa") + "/config.json", root + "/gone"); });
+  EXPECT_NE(e.find("is not a tokenizer.json"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(root + "/gone/tokenizer.json"));
+  EXPECT_EQ(export_tokenizer("", root + "/gone"), "");
   fs::remove_all(root);
 }
 
