@@ -486,7 +486,7 @@ class ReadmeCommands(unittest.TestCase):
     def json_paragraph_fields(self):
         """{subcommand: [fields]} from the README paragraph on `--json`."""
         text = " ".join(self.readme.split())
-        m = re.search(r"`--json` replaces the human-readable output with JSON: (.*?`train` one per step)\.", text)
+        m = re.search(r"`--json` replaces the human-readable output with JSON: (.*?`train` one per step)", text)
         self.assertTrue(m, "the README's paragraph on --json moved: update the check")
         parts = re.split(r"`(generate|chat|perplexity|train)`", m.group(1))
         fields = {sub: re.findall(r"`([a-z][a-z_]*)`", body) for sub, body in zip(parts[1::2], parts[2::2])}
@@ -522,11 +522,16 @@ class ReadmeCommands(unittest.TestCase):
                     for key in fields:
                         self.assertIn(key, o)
 
-    def test_perplexity_json_is_one_object(self):
+    def test_perplexity_json_is_one_object_with_the_fields_listed(self):
+        fields = self.json_paragraph_fields()["perplexity"]
+        self.assertGreaterEqual(len(fields), 3)
         self.readme_says("`perplexity` one object")
         for r in self.runs_of(r"tensorpar perplexity", "--json"):
             with self.subTest(command=str(r.cmd)):
-                self.assertEqual(len(self.json_lines(r)), 1, r.stdout)
+                objs = self.json_lines(r)
+                self.assertEqual(len(objs), 1, r.stdout)
+                for key in fields:
+                    self.assertIn(key, objs[0])
 
     def test_plan_json_is_a_list_of_plans(self):
         self.readme_says('`--json` prints `{"plans": [...]}`')

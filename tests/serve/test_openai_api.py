@@ -767,7 +767,7 @@ def test_metrics_present_and_move(server, client, model):
     assert d("tensorpar:e2e_request_latency_seconds_count") >= 1
     assert d("tensorpar:request_success_total") >= 1
     # The gauge drops when the engine retires the request, which may be just after the response.
-    assert _wait_for(lambda: _running(server) == 0, 10), "num_requests_running stays above 0 after the request"
+    assert _wait_for(lambda: _running(server) == 0, 60), "num_requests_running stays above 0 after the request"
 
 
 def test_prefix_cache_hits(server, client, model):
@@ -782,7 +782,10 @@ def test_prefix_cache_hits(server, client, model):
 
 
 def test_sigterm_finishes_running_request_then_exits_0():
-    s = Server(tp=2)
+    # The grace period is the request timeout, so that finishing depends on the outcome, not on
+    # how fast a loaded machine decodes (the default 30 s is a product setting, not a test bound).
+    s = Server(tp=2, args=("--grace", str(int(REQUEST_TIMEOUT))))
+    n_tokens = 32
     try:
         m = s.model_name()
         c = s.client()
@@ -792,7 +795,7 @@ def test_sigterm_finishes_running_request_then_exits_0():
         def stream():
             try:
                 st = c.chat.completions.create(model=m, messages=[{"role": "user", "content": "Tell me a story."}],
-                                               max_tokens=96, temperature=0, stream=True, logprobs=True,
+                                               max_tokens=n_tokens, temperature=0, stream=True, logprobs=True,
                                                stream_options={"include_usage": True}, extra_body=IGNORE_EOS)
                 text, finish, usage, n = "", None, None, 0
                 for ch in st:
@@ -829,7 +832,7 @@ def test_sigterm_finishes_running_request_then_exits_0():
         assert not t.is_alive(), "stream did not finish"
         assert "error" not in result, result
         assert result["finish"] == "length", result
-        assert result["n"] == 96 and result["usage"].completion_tokens == 96, result
+        assert result["n"] == n_tokens and result["usage"].completion_tokens == n_tokens, result
         rc = s.proc.wait(timeout=120)
         assert rc == 0, f"exit status {rc} after SIGTERM"
     finally:
