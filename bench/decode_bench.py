@@ -197,6 +197,10 @@ def llama_worker(a):
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
+    if a.no_repack:
+        sys.path.insert(0, os.path.join(REPO, "tools"))
+        from llamacpp_ppl import disable_weight_repacking
+        disable_weight_repacking()
     llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=512, n_ubatch=512, n_threads=a.threads,
                 n_threads_batch=a.threads, verbose=False)
     ids = list(llm.tokenize(a.prompt.encode("utf-8"), add_bos=True, special=False))
@@ -377,6 +381,10 @@ def main():
         p.add_argument("--max-tokens", type=int, required=True)
         p.add_argument("--threads", type=int, default=2)
         p.add_argument("--ctx", type=int, default=1024)
+        if w == "llama-worker":
+            p.add_argument("--no-repack", action="store_true",
+                           help="llama.cpp's AVX-512 kernels without weight repacking (its AMX path "
+                                "crashes on some models on AMX CPUs; tools/llamacpp_ppl.py)")
     a = ap.parse_args()
     if hasattr(a, "cores"):
         a.cores = [int(c) for c in a.cores.split(",")]
