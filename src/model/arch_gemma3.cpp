@@ -15,7 +15,7 @@ namespace tensorpar {
 void load_gemma3(Transformer& m, const WeightSource& src) {
   const ModelConfig& c = m.config_;
   ArchNames n{src.has("token_embd.weight")};
-  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim, Q = c.n_heads * HS, KV = c.n_kv_heads * HS;
+  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim;
   if (m.embed_) m.embed_->load(src.matrix(n.embed(), {V, C}));
   if (m.lm_head_) m.lm_head_->load(src.matrix(n.head(), {V, C}));
   if (m.final_norm_) m.final_norm_->weight().value = src.whole_f32(n.norm(), {C});
@@ -30,28 +30,13 @@ void load_gemma3(Transformer& m, const WeightSource& src) {
     ParallelAttention& a = L.attn();
     a.q_norm_weight() = src.whole_f32(n.layer(l, "self_attn.q_norm.weight", "attn_q_norm.weight"), {HS});
     a.k_norm_weight() = src.whole_f32(n.layer(l, "self_attn.k_norm.weight", "attn_k_norm.weight"), {HS});
-    const SliceLoader qkv[3] = {src.matrix(n.layer(l, "self_attn.q_proj.weight", "attn_q.weight"), {Q, C}),
-                                src.matrix(n.layer(l, "self_attn.k_proj.weight", "attn_k.weight"), {KV, C}),
-                                src.matrix(n.layer(l, "self_attn.v_proj.weight", "attn_v.weight"), {KV, C})};
-    if (c.qkv_bias) {
-      const SliceLoader bias[3] = {src.f32(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), {Q}),
-                                   src.f32(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), {KV}),
-                                   src.f32(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), {KV})};
-      a.qkv().load(qkv, bias);
-    } else {
-      a.qkv().load(qkv);
-    }
-    a.o().load(src.matrix(n.layer(l, "self_attn.o_proj.weight", "attn_output.weight"), {C, Q}));
-    const SliceLoader gate_up[2] = {src.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), {c.ffn, C}),
-                                    src.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), {c.ffn, C})};
-    L.mlp().in().load(gate_up);
-    L.mlp().down().load(src.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), {C, c.ffn}));
+    load_llama_like_projections(L, src, n, l, c);
   }
 }
 
 std::vector<ParamShard> Transformer::parameters_gemma3() {
   const ModelConfig& c = config_;
-  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim, Q = c.n_heads * HS, KV = c.n_kv_heads * HS;
+  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim;
   const int tp = tp_.size();
   std::vector<ParamShard> out;
   if (span_.embedding)
@@ -64,29 +49,13 @@ std::vector<ParamShard> Transformer::parameters_gemma3() {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     replicated(p + "input_layernorm.weight", L.norm1().weight(), C);
     ParallelAttention& a = L.attn();
-    ColumnParallelLinear& qkv = a.qkv();
-    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    const int64_t outs[3] = {Q, KV, KV};
-    for (int64_t i = 0; i < 3; ++i)
-      append_param(out, p + "self_attn." + names[i] + ".weight", qkv.part_weight(i), qkv.part_d_weight(i),
-                   {outs[i], C}, 0, qkv.part_range(i), qkv.part_copies(i));
-    if (c.qkv_bias)
-      for (int64_t i = 0; i < 3; ++i)
-        append_param(out, p + "self_attn." + names[i] + ".bias", qkv.part_bias(i), qkv.part_d_bias(i), {outs[i]}, 0,
-                     qkv.part_range(i), qkv.part_copies(i));
+    append_qkv_params(out, L, p);
     append_param(out, p + "self_attn.q_norm.weight", a.q_norm_weight(), a.q_norm_grad(), {HS}, -1, {0, HS}, tp);
     append_param(out, p + "self_attn.k_norm.weight", a.k_norm_weight(), a.k_norm_grad(), {HS}, -1, {0, HS}, tp);
-    RowParallelLinear& o = a.o();
-    append_param(out, p + "self_attn.o_proj.weight", o.weight(), o.d_weight(), {C, Q}, 1, o.in_range());
+    append_o_param(out, L, p);
     replicated(p + "post_attention_layernorm.weight", L.post_attn_norm().weight(), C);
     replicated(p + "pre_feedforward_layernorm.weight", L.norm2().weight(), C);
-    ColumnParallelLinear& gu = L.mlp().in();
-    append_param(out, p + "mlp.gate_proj.weight", gu.part_weight(0), gu.part_d_weight(0), {c.ffn, C}, 0,
-                 gu.part_range(0));
-    append_param(out, p + "mlp.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {c.ffn, C}, 0,
-                 gu.part_range(1));
-    RowParallelLinear& down = L.mlp().down();
-    append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, c.ffn}, 1, down.in_range());
+    append_mlp_params(out, L, p);
     replicated(p + "post_feedforward_layernorm.weight", L.post_mlp_norm().weight(), C);
   }
   if (span_.head) {

@@ -9,10 +9,31 @@
 
 namespace tensorpar {
 
+void load_llama_like_projections(TransformerLayer& L, const WeightSource& src, const ArchNames& n, int64_t l,
+                                 const ModelConfig& c) {
+  const int64_t C = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim;
+  const SliceLoader qkv[3] = {src.matrix(n.layer(l, "self_attn.q_proj.weight", "attn_q.weight"), {Q, C}),
+                              src.matrix(n.layer(l, "self_attn.k_proj.weight", "attn_k.weight"), {KV, C}),
+                              src.matrix(n.layer(l, "self_attn.v_proj.weight", "attn_v.weight"), {KV, C})};
+  if (c.qkv_bias) {
+    const SliceLoader bias[3] = {src.f32(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), {Q}),
+                                 src.f32(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), {KV}),
+                                 src.f32(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), {KV})};
+    L.attn().qkv().load(qkv, bias);
+  } else {
+    L.attn().qkv().load(qkv);
+  }
+  L.attn().o().load(src.matrix(n.layer(l, "self_attn.o_proj.weight", "attn_output.weight"), {C, Q}));
+  const SliceLoader gate_up[2] = {src.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), {c.ffn, C}),
+                                  src.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), {c.ffn, C})};
+  L.mlp().in().load(gate_up);
+  L.mlp().down().load(src.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), {C, c.ffn}));
+}
+
 void load_llama(Transformer& m, const WeightSource& src) {
   const ModelConfig& c = m.config_;
   ArchNames n{src.has("token_embd.weight")};
-  const int64_t C = c.hidden, V = c.vocab_size, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim;
+  const int64_t C = c.hidden, V = c.vocab_size;
   if (m.embed_) m.embed_->load(src.matrix(n.embed(), {V, C}));
   if (m.lm_head_) m.lm_head_->load(src.matrix(n.head(), {V, C}));
   if (m.final_norm_) m.final_norm_->weight().value = src.whole_f32(n.norm(), {C});
@@ -20,28 +41,43 @@ void load_llama(Transformer& m, const WeightSource& src) {
     TransformerLayer& L = m.layer(l);
     L.norm1().weight().value = src.whole_f32(n.layer(l, "input_layernorm.weight", "attn_norm.weight"), {C});
     L.norm2().weight().value = src.whole_f32(n.layer(l, "post_attention_layernorm.weight", "ffn_norm.weight"), {C});
-    const SliceLoader qkv[3] = {src.matrix(n.layer(l, "self_attn.q_proj.weight", "attn_q.weight"), {Q, C}),
-                                src.matrix(n.layer(l, "self_attn.k_proj.weight", "attn_k.weight"), {KV, C}),
-                                src.matrix(n.layer(l, "self_attn.v_proj.weight", "attn_v.weight"), {KV, C})};
-    if (c.qkv_bias) {
-      const SliceLoader bias[3] = {src.f32(n.layer(l, "self_attn.q_proj.bias", "attn_q.bias"), {Q}),
-                                   src.f32(n.layer(l, "self_attn.k_proj.bias", "attn_k.bias"), {KV}),
-                                   src.f32(n.layer(l, "self_attn.v_proj.bias", "attn_v.bias"), {KV})};
-      L.attn().qkv().load(qkv, bias);
-    } else {
-      L.attn().qkv().load(qkv);
-    }
-    L.attn().o().load(src.matrix(n.layer(l, "self_attn.o_proj.weight", "attn_output.weight"), {C, Q}));
-    const SliceLoader gate_up[2] = {src.matrix(n.layer(l, "mlp.gate_proj.weight", "ffn_gate.weight"), {c.ffn, C}),
-                                    src.matrix(n.layer(l, "mlp.up_proj.weight", "ffn_up.weight"), {c.ffn, C})};
-    L.mlp().in().load(gate_up);
-    L.mlp().down().load(src.matrix(n.layer(l, "mlp.down_proj.weight", "ffn_down.weight"), {C, c.ffn}));
+    load_llama_like_projections(L, src, n, l, c);
   }
+}
+
+void Transformer::append_qkv_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
+  const ModelConfig& c = config_;
+  const int64_t C = c.hidden, Q = c.n_heads * c.head_dim, KV = c.n_kv_heads * c.head_dim;
+  ColumnParallelLinear& qkv = L.attn().qkv();
+  const char* names[3] = {"q_proj", "k_proj", "v_proj"};
+  const int64_t outs[3] = {Q, KV, KV};
+  for (int64_t i = 0; i < 3; ++i)
+    append_param(out, p + "self_attn." + names[i] + ".weight", qkv.part_weight(i), qkv.part_d_weight(i),
+                 {outs[i], C}, 0, qkv.part_range(i), qkv.part_copies(i));
+  if (c.qkv_bias)
+    for (int64_t i = 0; i < 3; ++i)
+      append_param(out, p + "self_attn." + names[i] + ".bias", qkv.part_bias(i), qkv.part_d_bias(i), {outs[i]}, 0,
+                   qkv.part_range(i), qkv.part_copies(i));
+}
+
+void Transformer::append_o_param(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
+  RowParallelLinear& o = L.attn().o();
+  append_param(out, p + "self_attn.o_proj.weight", o.weight(), o.d_weight(),
+               {config_.hidden, config_.n_heads * config_.head_dim}, 1, o.in_range());
+}
+
+void Transformer::append_mlp_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
+  const int64_t C = config_.hidden, F = config_.ffn;
+  ColumnParallelLinear& gu = L.mlp().in();
+  append_param(out, p + "mlp.gate_proj.weight", gu.part_weight(0), gu.part_d_weight(0), {F, C}, 0, gu.part_range(0));
+  append_param(out, p + "mlp.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {F, C}, 0, gu.part_range(1));
+  RowParallelLinear& down = L.mlp().down();
+  append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
 }
 
 std::vector<ParamShard> Transformer::parameters_llama() {
   const ModelConfig& c = config_;
-  const int64_t C = c.hidden, V = c.vocab_size, HS = c.head_dim, Q = c.n_heads * HS, KV = c.n_kv_heads * HS;
+  const int64_t C = c.hidden, V = c.vocab_size;
   const int tp = tp_.size();
   std::vector<ParamShard> out;
   if (span_.embedding)
@@ -49,29 +85,13 @@ std::vector<ParamShard> Transformer::parameters_llama() {
   for (int64_t l = span_.first; l < span_.last; ++l) {
     TransformerLayer& L = layer(l);
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    ColumnParallelLinear& qkv = L.attn().qkv();
-    const char* names[3] = {"q_proj", "k_proj", "v_proj"};
-    const int64_t outs[3] = {Q, KV, KV};
     append_param(out, p + "input_layernorm.weight", L.norm1().weight().value, L.norm1().weight().grad, {C}, -1,
                  {0, C}, tp);
-    for (int64_t i = 0; i < 3; ++i)
-      append_param(out, p + "self_attn." + names[i] + ".weight", qkv.part_weight(i), qkv.part_d_weight(i),
-                   {outs[i], C}, 0, qkv.part_range(i), qkv.part_copies(i));
-    if (c.qkv_bias)
-      for (int64_t i = 0; i < 3; ++i)
-        append_param(out, p + "self_attn." + names[i] + ".bias", qkv.part_bias(i), qkv.part_d_bias(i), {outs[i]}, 0,
-                     qkv.part_range(i), qkv.part_copies(i));
-    RowParallelLinear& o = L.attn().o();
-    append_param(out, p + "self_attn.o_proj.weight", o.weight(), o.d_weight(), {C, Q}, 1, o.in_range());
+    append_qkv_params(out, L, p);
+    append_o_param(out, L, p);
     append_param(out, p + "post_attention_layernorm.weight", L.norm2().weight().value, L.norm2().weight().grad, {C},
                  -1, {0, C}, tp);
-    ColumnParallelLinear& gu = L.mlp().in();
-    append_param(out, p + "mlp.gate_proj.weight", gu.part_weight(0), gu.part_d_weight(0), {c.ffn, C}, 0,
-                 gu.part_range(0));
-    append_param(out, p + "mlp.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {c.ffn, C}, 0,
-                 gu.part_range(1));
-    RowParallelLinear& down = L.mlp().down();
-    append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, c.ffn}, 1, down.in_range());
+    append_mlp_params(out, L, p);
   }
   if (span_.head) {
     append_param(out, "model.norm.weight", final_norm_->weight().value, final_norm_->weight().grad, {C}, -1, {0, C},

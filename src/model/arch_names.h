@@ -7,6 +7,10 @@
 
 namespace tensorpar {
 
+class TransformerLayer;
+class WeightSource;
+struct ModelConfig;
+
 struct ArchNames {
   bool gguf = false;
   std::string embed() const { return gguf ? "token_embd.weight" : "model.embed_tokens.weight"; }
@@ -16,5 +20,10 @@ struct ArchNames {
     return gguf ? "blk." + std::to_string(l) + "." + gg : "model.layers." + std::to_string(l) + "." + hf;
   }
 };
+
+// Loads layer l's projections, named alike in every Llama-like family: q/k/v (+ biases when the
+// config has them) into the fused qkv, o, gate/up into the fused MLP input, down (arch_llama.cpp).
+void load_llama_like_projections(TransformerLayer& L, const WeightSource& src, const ArchNames& n, int64_t l,
+                                 const ModelConfig& c);
 
 }  // namespace tensorpar

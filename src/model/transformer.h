@@ -93,6 +93,11 @@ class Transformer final : public CausalLM {
   std::vector<ParamShard> parameters_gemma3();
   void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
                     Shape global, int dim, Range range, int copies = 1);
+  // A Llama-like layer's projections under HF names (prefix p = "model.layers.<l>."), shared by
+  // the llama and gemma3 parameter lists (arch_llama.cpp): q/k/v (+ biases), o, gate/up/down.
+  void append_qkv_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
+  void append_o_param(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
+  void append_mlp_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   // The layer of global index l (held here: span().first <= l < last).
   TransformerLayer& layer(int64_t l) { return layers_[size_t(l - span_.first)]; }
   void check_whole_model(const char* where) const;
