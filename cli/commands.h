@@ -12,6 +12,7 @@ namespace tensorpar::cli {
 struct CommonOptions {
   std::string backend = "threads";
   int tp = 1;
+  int ep = 1;
   int threads_per_rank = 0;
   bool json = false;
 };

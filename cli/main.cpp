@@ -13,6 +13,10 @@ void add_common_options(CLI::App& cmd, CommonOptions& opts) {
       ->check(CLI::IsMember({"threads", "mpi"}));
   cmd.add_option("--tp", opts.tp, "Tensor-parallel size (threads backend: ranks in this process)")
       ->check(CLI::Range(1, 64));
+  cmd.add_option("--ep", opts.ep,
+                 "Expert-parallel size (mixture-of-experts models): the experts spread over this many groups of "
+                 "the tp ranks (must divide --tp; each expert's ffn split over tp / ep ranks)")
+      ->check(CLI::Range(1, 64));
   cmd.add_option("-t,--threads-per-rank", opts.threads_per_rank,
                  "Compute threads per rank (0 = cores / ranks)")
       ->check(CLI::Range(0, 1024));

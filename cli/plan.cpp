@@ -48,7 +48,7 @@ ModelSpec spec_from_config(const ModelConfig& c, const std::string& name) {
   m.tied_embeddings = c.tie_embeddings;
   m.qkv_bias = c.qkv_bias;
   if (c.family == ArchFamily::kGpt2) {
-    m.mlp = MlpKind::kPlain;
+    m.mlp = MlpMatrices::kPlain;
     m.linear_biases = true;
     m.norm_vectors = 2;
     m.positions = c.max_position;
@@ -69,7 +69,7 @@ ModelSpec model_from_options(const PlanOptions& o) {
     m.head_dim = o.head_dim > 0 ? o.head_dim : (o.heads > 0 ? o.hidden / o.heads : 0);
     m.ffn = o.ffn > 0 ? o.ffn : 4 * o.hidden;
     m.vocab = o.vocab;
-    m.mlp = o.mlp == "plain" ? MlpKind::kPlain : MlpKind::kGated;
+    m.mlp = o.mlp == "plain" ? MlpMatrices::kPlain : MlpMatrices::kGated;
     m.tied_embeddings = o.tied;
   }
   if (o.experts > 0) {

@@ -89,7 +89,7 @@ void run_with_model(const char* command, const CommonOptions& common, const Mode
     lo.float_weights = dtype_from_name(mopts.dtype);
     // Every collective of the model goes through a timer (a server reports time in collectives).
     TimedCommunicator timed(world);
-    auto model = load_model(mopts.model, timed, lo);
+    auto model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
     fn(*model);
   });
 }

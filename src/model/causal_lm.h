@@ -88,6 +88,10 @@ struct TrainCompute {
   // only their input in forward and run their forward again just before their backward (its
   // all-reduces too). Gradients are identical; saved activations drop to one (N, C) per layer.
   int64_t recompute_layers = 0;
+  // Mixture-of-experts models: the weight of the auxiliary load-balancing loss added to the
+  // cross-entropy (the Switch/Mixtral form over all MoE layers' tokens, as transformers computes
+  // it); < 0: the model config's router_aux_loss_coef.
+  double moe_aux_loss_coef = -1;
 };
 
 class CausalLM {

@@ -19,6 +19,9 @@ ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<s
     return std::find(tensor_names.begin(), tensor_names.end(), n) != tensor_names.end();
   };
   auto key = [&](const char* k) { return arch + "." + k; };
+  TP_CHECK(!meta.has(key("expert_count")) || meta.get_i64(key("expert_count")) == 0, "[ModelConfig::from_gguf] ",
+           where, ": a mixture-of-experts file (", key("expert_count"), " ", meta.get_i64(key("expert_count")),
+           "): GGUF MoE models are not supported yet; load the Hugging Face checkpoint (config.json + safetensors)");
   ModelConfig c;
   c.model_type = arch;
   c.family = ArchFamily::kLlama;
@@ -68,6 +71,7 @@ ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<s
     c.query_scale = 1.0 / std::sqrt(double(c.n_layers == 62 ? c.hidden / c.n_heads : c.head_dim));
     c.final_logit_softcap = meta.has(key("final_logit_softcapping")) ? meta.get_f64(key("final_logit_softcapping")) : 0.0;
     c.norm_weight_offset = 0.0f;
+    c.qk_norm = true;
     c.norm_eps = meta.has(key("attention.layer_norm_rms_epsilon")) ? c.norm_eps : 1e-6;
   }
   c.bos_id = meta.has("tokenizer.ggml.bos_token_id") ? meta.get_i64("tokenizer.ggml.bos_token_id") : -1;

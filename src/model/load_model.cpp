@@ -42,10 +42,11 @@ ModelConfig read_model_config(const std::string& path) {
   return ModelConfig::from_hf_file((std::filesystem::path(path) / "config.json").string());
 }
 
-std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt) {
+std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt,
+                                     ExpertParallel experts) {
   ModelConfig config;
   auto store = open_store(path, &config);
-  auto model = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()));
+  auto model = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()), LayerSpan{}, experts);
   {
     // Loading's temporaries (slices read, converted and dropped) are unmapped, not kept for reuse.
     const BufferCacheBypass bypass;
@@ -54,8 +55,9 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
   return model;
 }
 
-std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed) {
-  auto model = std::make_unique<Transformer>(config, tp);
+std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,
+                                     ExpertParallel experts) {
+  auto model = std::make_unique<Transformer>(config, tp, 32, LayerSpan{}, experts);
   model->init_weights(seed);
   return model;
 }

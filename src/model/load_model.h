@@ -10,6 +10,7 @@
 #include "model/causal_lm.h"
 #include "model/model_config.h"
 #include "model/weight_source.h"
+#include "parallel/parallel_moe.h"
 
 namespace tensorpar {
 
@@ -19,9 +20,12 @@ ModelConfig read_model_config(const std::string& path);
 // path: an HF directory (config.json + model.safetensors or a sharded index) or a .gguf file.
 // Collective over tp only in that every rank must call it (the kv-group split). Throws Error
 // naming the file and tensor on a missing tensor or a shape that does not match the config.
-std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt = {});
+// experts: expert parallelism of an MoE model (see ExpertParallel).
+std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt = {},
+                                     ExpertParallel experts = {});
 
 // A model with fresh weights (Transformer::init_weights) for training from scratch.
-std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed);
+std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,
+                                     ExpertParallel experts = {});
 
 }  // namespace tensorpar

@@ -1,4 +1,5 @@
-// ModelConfig from Hugging Face config.json (Llama family incl. Qwen2/Mistral/SmolLM2, GPT-2, Gemma 3).
+// ModelConfig from Hugging Face config.json (Llama family incl. Qwen2/Qwen3/Mistral/SmolLM2, the MoE
+// models Mixtral, Qwen2-MoE and Qwen3-MoE, GPT-2, Gemma 3).
 #include "model/model_config.h"
 
 #include <cmath>
@@ -72,6 +73,7 @@ ModelConfig gemma3_from_hf_json(const json& outer, const std::string& where) {
   c.tie_embeddings = j.value("tie_word_embeddings", true);
   c.qkv_bias = j.value("attention_bias", false);
   c.norm_weight_offset = 1.0f;
+  c.qk_norm = true;
   const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
   TP_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_tanh", "[ModelConfig] ", where,
            ": unsupported hidden_activation '", act, "' (supported: gelu_pytorch_tanh)");
@@ -118,6 +120,36 @@ ModelConfig gemma3_from_hf_json(const json& outer, const std::string& where) {
   return c;
 }
 
+// The MoE keys of Mixtral (num_local_experts; every layer sparse, top-k renormalised) and of
+// Qwen2-MoE / Qwen3-MoE (num_experts, moe_intermediate_size, decoder_sparse_step, mlp_only_layers,
+// norm_topk_prob; Qwen2-MoE's shared expert).
+MoeConfig moe_from_hf_json(const json& j, const ModelConfig& c, const std::string& where) {
+  MoeConfig m;
+  const bool mixtral = c.model_type == "mixtral";
+  m.n_experts = int_or(j, "num_experts", int_or(j, "num_local_experts", 0));
+  TP_CHECK(m.n_experts >= 1, "[ModelConfig] ", where, ": model_type '", c.model_type,
+           "' needs num_experts (or num_local_experts) >= 1");
+  m.top_k = need_int(j, "num_experts_per_tok", where);
+  TP_CHECK(m.top_k >= 1 && m.top_k <= m.n_experts, "[ModelConfig] ", where, ": num_experts_per_tok ", m.top_k,
+           ", expected in [1, ", m.n_experts, "]");
+  m.expert_ffn = mixtral ? c.ffn : need_int(j, "moe_intermediate_size", where);
+  m.norm_topk = mixtral || j.value("norm_topk_prob", false);
+  if (c.model_type == "qwen2_moe") m.shared_ffn = int_or(j, "shared_expert_intermediate_size", 0);
+  m.aux_loss_coef = num_or(j, "router_aux_loss_coef", 0.0);
+  const int64_t step = mixtral ? 1 : int_or(j, "decoder_sparse_step", 1);
+  TP_CHECK(step >= 1, "[ModelConfig] ", where, ": decoder_sparse_step ", step, ", expected >= 1");
+  std::vector<bool> dense(size_t(c.n_layers), false);
+  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+    for (const json& v : j["mlp_only_layers"]) {
+      TP_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.n_layers, "[ModelConfig] ",
+               where, ": mlp_only_layers entry ", v.dump(), " is not a layer index of [0, ", c.n_layers, ")");
+      dense[size_t(v.get<int64_t>())] = true;
+    }
+  // As transformers: layer l is sparse when it is not in mlp_only_layers and (l + 1) % step == 0.
+  for (int64_t l = 0; l < c.n_layers; ++l) m.layer_moe.push_back(!dense[size_t(l)] && (l + 1) % step == 0);
+  return m;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
@@ -142,11 +174,14 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
     c.norm_eps = num_or(j, "layer_norm_epsilon", 1e-5);
     c.tie_embeddings = j.value("tie_word_embeddings", true);
   } else {
-    static const char* kLlamaLike[] = {"llama", "mistral", "qwen2", "smollm2", ""};
+    static const char* kLlamaLike[] = {"llama", "mistral", "qwen2", "smollm2", "qwen3", "mixtral", "qwen2_moe",
+                                       "qwen3_moe", ""};
     bool known = false;
     for (const char* t : kLlamaLike) known |= c.model_type == t;
     TP_CHECK(known, "[ModelConfig] ", where, ": unsupported model_type '", c.model_type,
-             "' (supported: llama, mistral, qwen2, gpt2, gemma3_text)");
+             "' (supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt2, gemma3_text)");
+    const std::string act = j.value("hidden_act", std::string("silu"));
+    TP_CHECK(act == "silu", "[ModelConfig] ", where, ": unsupported hidden_act '", act, "' (supported: silu)");
     c.family = ArchFamily::kLlama;
     c.vocab_size = need_int(j, "vocab_size", where);
     c.hidden = need_int(j, "hidden_size", where);
@@ -159,7 +194,10 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
     c.max_position = int_or(j, "max_position_embeddings", 2048);
     c.norm_eps = num_or(j, "rms_norm_eps", 1e-6);
     c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.qkv_bias = c.model_type == "qwen2" || j.value("attention_bias", false);
+    c.qkv_bias = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || j.value("attention_bias", false);
+    c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+    if (c.model_type == "mixtral" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe")
+      c.moe = moe_from_hf_json(j, c, where);
     c.rope.theta = num_or(j, "rope_theta", 10000.0);
     if (j.contains("rope_scaling")) read_rope_scaling(j["rope_scaling"], c.rope, where);
     if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {  // newer transformers
@@ -199,6 +237,13 @@ void ModelConfig::validate(const std::string& where) const {
   TP_CHECK(sliding_window >= 0 && final_logit_softcap >= 0 && query_scale >= 0, "[ModelConfig] ", where,
            ": sliding_window ", sliding_window, ", final_logit_softcap ", final_logit_softcap, ", query_scale ",
            query_scale, ": expected >= 0");
+  if (moe.n_experts > 0) {
+    TP_CHECK(moe.top_k >= 1 && moe.top_k <= moe.n_experts && moe.expert_ffn > 0 && moe.shared_ffn >= 0 &&
+                 int64_t(moe.layer_moe.size()) == n_layers,
+             "[ModelConfig] ", where, ": inconsistent experts: E=", moe.n_experts, " top_k=", moe.top_k,
+             " expert_ffn=", moe.expert_ffn, " shared_ffn=", moe.shared_ffn, ", ", moe.layer_moe.size(),
+             " layer flags for ", n_layers, " layers");
+  }
 }
 
 std::string ModelConfig::summary() const {
@@ -206,6 +251,13 @@ std::string ModelConfig::summary() const {
   os << model_type << ": L=" << n_layers << " C=" << hidden << " NH=" << n_heads << " NKV=" << n_kv_heads
      << " HS=" << head_dim << " F=" << ffn << " V=" << vocab_size << " tied=" << (tie_embeddings ? 1 : 0);
   if (family != ArchFamily::kGpt2) os << " rope_theta=" << rope.theta;
+  if (moe.n_experts > 0) {
+    int64_t sparse = 0;
+    for (bool b : moe.layer_moe) sparse += b;
+    os << " experts=" << moe.n_experts << " top_k=" << moe.top_k << " expert_F=" << moe.expert_ffn
+       << " moe_layers=" << sparse;
+    if (moe.shared_ffn > 0) os << " shared_F=" << moe.shared_ffn;
+  }
   if (family == ArchFamily::kGemma3) os << " local_rope_theta=" << rope_local.theta << " window=" << sliding_window;
   return os.str();
 }

@@ -13,7 +13,8 @@
 
 namespace tensorpar {
 
-// kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2. kGemma3: q/k norms, four norms per layer,
+// kLlama covers Llama 2/3, Mistral, Qwen2, SmolLM2, Qwen3 (q/k norms) and the mixture-of-experts
+// Mixtral, Qwen2-MoE and Qwen3-MoE (MoeConfig). kGemma3: q/k norms, four norms per layer,
 // GeGLU, embeddings scaled by sqrt(C), sliding-window local layers beside global ones.
 enum class ArchFamily : uint8_t { kLlama, kGpt2, kGemma3 };
 class GgufMetadata;
@@ -26,6 +27,18 @@ struct RopeConfig {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position = 8192;
+};
+
+// Mixture of experts: a layer's MLP is E SwiGLU experts of size expert_ffn, each token sent to
+// the top_k of a softmax router; Qwen2-MoE adds a shared expert gated by sigmoid(x . w).
+struct MoeConfig {
+  int64_t n_experts = 0;        // E; 0: a dense model
+  int64_t top_k = 0;            // experts per token
+  int64_t expert_ffn = 0;       // each expert's intermediate size
+  bool norm_topk = false;       // the top-k probabilities renormalised to sum to 1 (Mixtral: always)
+  int64_t shared_ffn = 0;       // the shared expert's intermediate size; 0: none
+  std::vector<bool> layer_moe;  // (L) true: an MoE layer; false: a dense MLP of size ffn
+  double aux_loss_coef = 0;     // the config's router_aux_loss_coef (training may override)
 };
 
 struct ModelConfig {
@@ -42,7 +55,9 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   bool tie_embeddings = false;
   bool qkv_bias = false;    // Qwen2: biases on q, k and v projections
+  bool qk_norm = false;     // Qwen3, Gemma 3: RMSNorm over each head of q and k before RoPE
   RopeConfig rope;
+  MoeConfig moe;
   int64_t bos_id = -1, eos_id = -1;
   // Gemma 3. A layer is local (sliding window, rope_local) or global (full attention, rope).
   int64_t sliding_window = 0;          // keys at distance < this from the query; 0: none
@@ -55,6 +70,7 @@ struct ModelConfig {
   float norm_weight_offset = 0;
 
   bool is_sliding(int64_t layer) const { return !layer_sliding.empty() && layer_sliding[size_t(layer)]; }
+  bool is_moe(int64_t layer) const { return !moe.layer_moe.empty() && moe.layer_moe[size_t(layer)]; }
 
   // Parses a HF config.json object; `where` names the file in errors. Reads both the older
   // rope_theta + rope_scaling and the newer rope_parameters forms.

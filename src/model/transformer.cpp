@@ -12,8 +12,31 @@ namespace tensorpar {
 
 // ---- construction ----
 
-Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align, LayerSpan span)
-    : config_(config), tp_(tp), span_(span), ws_(std::make_unique<Workspace>()),
+ExpertSplit expert_split_of(const ModelConfig& c, const ExpertParallel& ep, int tp_size, int tp_rank) {
+  ExpertSplit s;
+  s.shared_size = tp_size, s.shared_rank = tp_rank;
+  const int size = ep.dispatch ? ep.dispatch->size() : ep.size;
+  TP_CHECK(size >= 1, "[Transformer] expert-parallel size ", size, ", expected >= 1");
+  TP_CHECK(size == 1 || c.moe.n_experts > 0, "[Transformer] --ep ", size, ": ", c.model_type,
+           " has no experts (expert parallelism applies to mixture-of-experts models)");
+  if (ep.dispatch) {
+    s.ep_size = size, s.ep_rank = ep.dispatch->rank();
+    s.etp_size = tp_size, s.etp_rank = tp_rank;
+  } else {
+    TP_CHECK(tp_size % size == 0, "[Transformer] --ep ", size, " does not divide --tp ", tp_size,
+             ": at inference the expert-parallel ranks are a part of the tensor-parallel group (each expert's ffn "
+             "is split over tp / ep ranks)");
+    s.ep_size = size, s.etp_size = tp_size / size;
+    s.ep_rank = tp_rank / s.etp_size, s.etp_rank = tp_rank % s.etp_size;
+  }
+  TP_CHECK(c.moe.n_experts == 0 || s.ep_size <= c.moe.n_experts, "[Transformer] --ep ", s.ep_size, " exceeds the ",
+           c.moe.n_experts, " experts of ", c.model_type, " (every expert-parallel rank needs an expert)");
+  return s;
+}
+
+Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align, LayerSpan span,
+                         ExpertParallel experts)
+    : config_(config), tp_(tp), span_(span), ep_(experts), ws_(std::make_unique<Workspace>()),
       train_(std::make_unique<TrainState>()) {
   config_.validate(config_.model_type);
   const ModelConfig& c = config_;
@@ -35,9 +58,11 @@ Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t qu
   if (!gpt2) rope_ = rope_table(c.rope);
   if (!c.layer_sliding.empty()) rope_local_ = rope_table(c.rope_local);
   const std::vector<Range> ffn_ranges = mlp_ffn_ranges(c.ffn, size, quant_align);
+  expert_split_ = expert_split_of(c, ep_, size, rank);
   layers_.reserve(size_t(span_.last - span_.first));
   for (int64_t l = span_.first; l < span_.last; ++l)
-    layers_.emplace_back(c, l, c.is_sliding(l) ? rope_local_.get() : rope_.get(), ffn_ranges, size, rank);
+    layers_.emplace_back(c, l, c.is_sliding(l) ? rope_local_.get() : rope_.get(), ffn_ranges, size, rank,
+                         expert_split_, quant_align);
   // The embedding also lives with the head when tied (its table is the head's weight).
   if (span_.embedding || (span_.head && c.tie_embeddings)) {
     embed_ = std::make_unique<VocabParallelEmbedding>(c.vocab_size, c.hidden, size, rank);
@@ -213,7 +238,7 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
   rows.positions = ws.positions.data();
   rows.seqs = ws.seqs;
   rows.block_size = bs;
-  const LayerContext ctx{eng_, tp_, nullptr};
+  const LayerContext ctx{eng_, tp_, nullptr, ep_.dispatch};
   for (size_t l = 0; l < layers_.size(); ++l) {
     rows.k_pool = pool.k(int64_t(l));
     rows.v_pool = pool.v(int64_t(l));

@@ -30,11 +30,16 @@ struct LayerSpan {
   bool embedding = true, head = true;
 };
 
+// Where rank tp_rank of a TP group of tp_size ranks holds its experts (throws on an EP size that
+// the model or the group cannot take).
+ExpertSplit expert_split_of(const ModelConfig& c, const ExpertParallel& ep, int tp_size, int tp_rank);
+
 class Transformer final : public CausalLM {
  public:
   // Shapes and shards from the config; weights are zero until load_weights or init_weights.
   // quant_align: the ffn split is cut at multiples of it (32 keeps quantized columns whole).
-  Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align = 32, LayerSpan span = {});
+  Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align = 32, LayerSpan span = {},
+              ExpertParallel experts = {});
   ~Transformer() override;
 
   // Reads this rank's slices (names and layouts per architecture). Throws naming file/tensor.
@@ -45,6 +50,10 @@ class Transformer final : public CausalLM {
   void init_weights(uint64_t seed);
 
   const LayerSpan& span() const { return span_; }
+  const ExpertSplit& expert_split() const { return expert_split_; }
+  // Per MoE layer of the span (in order), the slots routed to each expert by the last forward
+  // on this rank's tokens (training's load statistics; empty for a dense model).
+  const std::vector<std::vector<double>>& expert_load() const { return expert_load_; }
 
   // ---- a pipeline stage's training (train/pipeline.h runs these under its schedule) ----
   // Forward of micro-batch `micro` through this span. tokens (B, T) i64 on every stage (they
@@ -98,6 +107,8 @@ class Transformer final : public CausalLM {
   void append_qkv_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   void append_o_param(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   void append_mlp_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
+  // An MoE layer's router, this rank's experts and the shared expert (arch_llama.cpp).
+  void append_moe_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   // The layer of global index l (held here: span().first <= l < last).
   TransformerLayer& layer(int64_t l) { return layers_[size_t(l - span_.first)]; }
   void check_whole_model(const char* where) const;
@@ -121,10 +132,17 @@ class Transformer final : public CausalLM {
   float span_forward(TrainState& s, const Tensor& tokens, const Tensor* x_in, const Tensor& targets, Tensor* x_out,
                      bool with_grad, const char* where);
   void span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in);
+  // The MoE auxiliary loss (coefficient included) of a forward whose MoE layers routed `count`
+  // slots to each expert with `prob` summed probabilities over N tokens each; sets s.aux_dprob.
+  float moe_aux_loss(TrainState& s, const std::vector<double>& count, const std::vector<double>& prob, int64_t N,
+                     const char* where);
 
   ModelConfig config_;
   Communicator& tp_;
   LayerSpan span_;
+  ExpertParallel ep_;
+  ExpertSplit expert_split_;
+  std::vector<std::vector<double>> expert_load_;
   std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
   MatmulEngine eng_;
   std::unique_ptr<RopeTable> rope_;

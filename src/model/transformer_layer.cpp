@@ -8,11 +8,11 @@ namespace tensorpar {
 namespace {
 
 AttentionShape attention_shape(const ModelConfig& c, int64_t layer) {
-  const bool gpt2 = c.family == ArchFamily::kGpt2, gemma = c.family == ArchFamily::kGemma3;
+  const bool gpt2 = c.family == ArchFamily::kGpt2;
   AttentionShape as;
   as.window = c.is_sliding(layer) ? c.sliding_window : 0;
   as.scale = float(c.query_scale);
-  as.qk_norm = gemma;
+  as.qk_norm = c.qk_norm;
   as.norm_eps = float(c.norm_eps);
   as.norm_weight_offset = c.norm_weight_offset;
   as.hidden = c.hidden;
@@ -41,11 +41,17 @@ void add(float* out, const float* a, const float* b, int64_t n) {
 }  // namespace
 
 TransformerLayer::TransformerLayer(const ModelConfig& c, int64_t layer, const RopeTable* rope,
-                                   const std::vector<Range>& ffn_ranges, int tp_size, int tp_rank)
+                                   const std::vector<Range>& ffn_ranges, int tp_size, int tp_rank,
+                                   const ExpertSplit& experts, int64_t quant_align)
     : norm1_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps), c.norm_weight_offset),
       norm2_(c.hidden, c.family == ArchFamily::kGpt2, float(c.norm_eps), c.norm_weight_offset),
-      attn_(attention_shape(c, layer), rope, tp_size, tp_rank),
-      mlp_(c.hidden, c.ffn, mlp_kind(c), c.family == ArchFamily::kGpt2, ffn_ranges, tp_rank) {
+      attn_(attention_shape(c, layer), rope, tp_size, tp_rank) {
+  if (c.is_moe(layer)) {
+    const MoeShape ms{c.hidden, c.moe.n_experts, c.moe.top_k, c.moe.expert_ffn, c.moe.norm_topk, c.moe.shared_ffn};
+    moe_.emplace(ms, experts, quant_align);
+  } else {
+    mlp_.emplace(c.hidden, c.ffn, mlp_kind(c), c.family == ArchFamily::kGpt2, ffn_ranges, tp_rank);
+  }
   if (c.family == ArchFamily::kGemma3) {
     post_attn_norm_.emplace(c.hidden, false, float(c.norm_eps), c.norm_weight_offset);
     post_mlp_norm_.emplace(c.hidden, false, float(c.norm_eps), c.norm_weight_offset);
@@ -53,7 +59,8 @@ TransformerLayer::TransformerLayer(const ModelConfig& c, int64_t layer, const Ro
 }
 
 int64_t TransformerLayer::weight_bytes() const {
-  int64_t n = norm1_.weight_bytes() + norm2_.weight_bytes() + attn_.weight_bytes() + mlp_.weight_bytes();
+  int64_t n = norm1_.weight_bytes() + norm2_.weight_bytes() + attn_.weight_bytes() +
+              (moe_ ? moe_->weight_bytes() : mlp_->weight_bytes());
   if (post_attn_norm_) n += post_attn_norm_->weight_bytes() + post_mlp_norm_->weight_bytes();
   return n;
 }
@@ -79,11 +86,11 @@ void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tenso
   norm2_.forward(h2.data<float>(), mean2.data<float>(), rstd2.data<float>(), x_mid.data<float>(), N);
   if (post_mlp_norm_) {
     Tensor mlp_out = scratch_rows(a.mlp_out, N, C);
-    mlp_.forward(ctx.eng, mlp_out, h2, a.mlp, ctx.tp);
+    ffn_forward(ctx, mlp_out, h2, a);
     post_mlp_norm_->forward(out.data<float>(), nullptr, scratch_rows(a.rstd_post_mlp, N, 1).data<float>(),
                             mlp_out.data<float>(), N);
   } else {
-    mlp_.forward(ctx.eng, out, h2, a.mlp, ctx.tp);
+    ffn_forward(ctx, out, h2, a);
   }
   add(out.data<float>(), x_mid.data<float>(), out.data<float>(), N * C);
 }
@@ -103,7 +110,7 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
     post_mlp_norm_->backward(d_post.data<float>(), d_x.data<float>(), a.mlp_out.data<float>(), nullptr,
                              a.rstd_post_mlp.data<float>(), N);
   }
-  mlp_.backward(ctx.eng, d_h, post_mlp_norm_ ? d_post : d_x, h2, a.mlp, ctx.tp);
+  ffn_backward(ctx, d_h, post_mlp_norm_ ? d_post : d_x, h2, a);
   norm2_.backward(d_x.data<float>(), d_h.data<float>(), x_mid.data<float>(), a.mean2.data<float>(),
                   a.rstd2.data<float>(), N);
   if (post_attn_norm_) {
@@ -114,6 +121,22 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
   attn_.backward(ctx.eng, d_h, post_attn_norm_ ? d_post : d_x, h1, rows, a.attn, ctx.tp, ctx.kv_group);
   norm1_.backward(d_x.data<float>(), d_h.data<float>(), x.data<float>(), a.mean1.data<float>(),
                   a.rstd1.data<float>(), N);
+}
+
+void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& x, LayerActs& a) const {
+  if (moe_)
+    moe_->forward(ctx.eng, out, x, a.moe, ctx.tp, ctx.ep_dispatch);
+  else
+    mlp_->forward(ctx.eng, out, x, a.mlp, ctx.tp);
+}
+
+void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                                   const LayerActs& a) {
+  if (moe_) {
+    moe_->backward(ctx.eng, d_x, d_out, x, a.moe, ctx.moe_aux_dprob, ctx.tp, ctx.ep_dispatch);
+  } else {
+    mlp_->backward(ctx.eng, d_x, d_out, x, a.mlp, ctx.tp);
+  }
 }
 
 }  // namespace tensorpar

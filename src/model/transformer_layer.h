@@ -1,5 +1,5 @@
 // TransformerLayer: one pre-norm decoder block, x_mid = x + attn(norm1(x)); out = x_mid +
-// mlp(norm2(x_mid)) (Gemma 3 adds a norm after each: x + post_attn_norm(attn(...)), x_mid +
+// mlp(norm2(x_mid)) (the MLP a mixture of experts in an MoE layer, ParallelMoe) (Gemma 3 adds a norm after each: x + post_attn_norm(attn(...)), x_mid +
 // post_mlp_norm(mlp(...))), built from src/parallel (ParallelAttention, ParallelMlp) with Replicated
 // norms. Its one forward serves generation, serving and training alike: the AttentionRows say
 // where keys and values go (a paged pool, or kept for backward), the LayerActs are what the
@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/model_config.h"
 #include "model/norm.h"
 #include "parallel/parallel_attention.h"
 #include "parallel/parallel_mlp.h"
+#include "parallel/parallel_moe.h"
 
 namespace tensorpar {
 
@@ -23,22 +25,29 @@ struct LayerActs {
   Tensor attn_out, rstd_post_attn, mlp_out, rstd_post_mlp;  // post norms only: their inputs, (N)
   AttentionActs attn;
   MlpActs mlp;
+  MoeActs moe;
 };
 
 // Where a layer runs: the rank's matmul engine and TP group, and (training with kv heads
 // replicated, tp > n_kv_heads) the ranks that share this rank's kv head.
+// An MoE layer also needs: the EP group its tokens are dispatched over (null when every rank of
+// the TP group holds the same tokens, see ParallelMoe) and, in backward, the auxiliary loss's
+// gradient on each expert's router probability (empty: none).
 struct LayerContext {
   MatmulEngine& eng;
   Communicator& tp;
   Communicator* kv_group = nullptr;
+  Communicator* ep_dispatch = nullptr;
+  std::span<const float> moe_aux_dprob = {};
 };
 
 class TransformerLayer {
  public:
   // layer: its index in the model (local or global in Gemma 3). rope: its RoPE table, null for
-  // learned positions (GPT-2). ffn_ranges: the MLP split.
+  // learned positions (GPT-2). ffn_ranges: the MLP split. experts: where this rank's experts are
+  // (MoE layers, c.is_moe(layer)); quant_align: the experts' ffn split unit (mlp_ffn_ranges).
   TransformerLayer(const ModelConfig& c, int64_t layer, const RopeTable* rope, const std::vector<Range>& ffn_ranges,
-                   int tp_size, int tp_rank);
+                   int tp_size, int tp_rank, const ExpertSplit& experts = {}, int64_t quant_align = 32);
 
   Norm& norm1() { return norm1_; }
   Norm& norm2() { return norm2_; }
@@ -46,7 +55,9 @@ class TransformerLayer {
   Norm& post_attn_norm() { return *post_attn_norm_; }  // has_post_norms() only
   Norm& post_mlp_norm() { return *post_mlp_norm_; }
   ParallelAttention& attn() { return attn_; }
-  ParallelMlp& mlp() { return mlp_; }
+  bool is_moe() const { return moe_.has_value(); }
+  ParallelMlp& mlp() { return *mlp_; }  // a dense layer's (!is_moe())
+  ParallelMoe& moe() { return *moe_; }  // an MoE layer's
   const ParallelAttention& attn() const { return attn_; }
   int64_t weight_bytes() const;
 
@@ -62,7 +73,12 @@ class TransformerLayer {
   Norm norm1_, norm2_;
   std::optional<Norm> post_attn_norm_, post_mlp_norm_;  // Gemma 3
   ParallelAttention attn_;
-  ParallelMlp mlp_;
+  std::optional<ParallelMlp> mlp_;
+  std::optional<ParallelMoe> moe_;
+
+  // out (N, C) = the MLP or MoE block of x; its backward (d_x written).
+  void ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& x, LayerActs& acts) const;
+  void ffn_backward(const LayerContext& ctx, Tensor& d_x, const Tensor& d_out, const Tensor& x, const LayerActs& acts);
 };
 
 }  // namespace tensorpar

@@ -28,6 +28,9 @@ struct Transformer::TrainState {
   Tensor targets;            // (N) view of the caller's targets (the last stage's loss)
   int64_t B = 0, T = 0;
   bool with_grad = false;
+  // MoE: the auxiliary loss's gradient on each expert's router probability (per unit of loss
+  // scale; empty without the loss), and the loss-scaled copy backward hands to the layers.
+  std::vector<float> aux_dprob, aux_dprob_scaled;
   void invalidate() { *this = TrainState{}; }
 };
 

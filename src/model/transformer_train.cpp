@@ -79,7 +79,7 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   for (int64_t i = 0; i < N; ++i) s.positions[size_t(i)] = i % T;
   s.ids.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + N);
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
-  const LayerContext ctx{eng_, tp_, kv_group_.get()};
+  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch};
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
 
   // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
@@ -94,11 +94,19 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
     embed(s.inputs[0], s.ids.data(), s.positions.data(), N);
   else
     std::memcpy(s.inputs[0].data<float>(), x_in->data<float>(), size_t(N * C) * sizeof(float));
+  const int64_t E = config_.moe.n_experts;
+  std::vector<double> moe_count(size_t(E), 0.0), moe_prob(size_t(E), 0.0);
+  expert_load_.clear();
   for (int64_t l = 0; l < L; ++l) {
     if (recomputes(l) && with_grad) s.layers[size_t(l)] = LayerActs{};  // drop what an earlier step saved
-    layers_[size_t(l)].forward(ctx, s.inputs[size_t(l + 1)], s.inputs[size_t(l)], rows,
-                               recomputes(l) ? s.recomputed : s.layers[size_t(l)]);
+    LayerActs& acts = recomputes(l) ? s.recomputed : s.layers[size_t(l)];
+    layers_[size_t(l)].forward(ctx, s.inputs[size_t(l + 1)], s.inputs[size_t(l)], rows, acts);
+    if (!layers_[size_t(l)].is_moe()) continue;
+    expert_load_.push_back(acts.moe.expert_count);
+    for (int64_t e = 0; e < E; ++e)
+      moe_count[size_t(e)] += acts.moe.expert_count[size_t(e)], moe_prob[size_t(e)] += acts.moe.prob_sum[size_t(e)];
   }
+  const float aux = moe_aux_loss(s, moe_count, moe_prob, N, where);
   const Tensor& x_last = s.inputs[size_t(L)];
   if (!span_.head) {
     ensure_f32(*x_out, {N, C});
@@ -113,14 +121,40 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   ensure_f32(s.lse, {N});
   s.targets = targets.reshape({N});
   return vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, s.targets, vocab_range_, config_.vocab_size,
-                                              tp_);
+                                              tp_) +
+         aux;
+}
+
+float Transformer::moe_aux_loss(TrainState& s, const std::vector<double>& count, const std::vector<double>& prob,
+                                int64_t N, const char* where) {
+  s.aux_dprob.clear();
+  const double coef = compute_.moe_aux_loss_coef < 0 ? config_.moe.aux_loss_coef : compute_.moe_aux_loss_coef;
+  const int64_t moe_layers = int64_t(expert_load_.size()), E = config_.moe.n_experts;
+  if (moe_layers == 0 || coef == 0) return 0.0f;
+  // transformers' load_balancing_loss_func: over the M = (MoE layers x N tokens) router outputs
+  // taken together, f_e = (top-k slots routed to e) / M and P_e = (sum of e's probability) / M;
+  // aux = E * sum_e f_e P_e. Only P carries a gradient: d aux / d p(l, n, e) = E f_e / M.
+  TP_CHECK(span_.first == 0 && span_.last == config_.n_layers, "[", where, "] the MoE auxiliary loss spans all ",
+           "layers; this rank holds layers [", span_.first, ", ", span_.last,
+           ") of a pipeline: pass --moe-aux-loss-coef 0 with pipeline stages");
+  const double M = double(moe_layers * N);
+  double aux = 0;
+  s.aux_dprob.resize(size_t(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const double f = count[size_t(e)] / M;
+    aux += f * prob[size_t(e)] / M;
+    s.aux_dprob[size_t(e)] = float(coef * double(E) * f / M);
+  }
+  return float(coef * double(E) * aux);
 }
 
 void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in) {
   TP_ASSERT(s.with_grad, "span_backward without a forward that kept its activations");
   const int64_t B = s.B, T = s.T, N = B * T, C = config_.hidden, L = int64_t(layers_.size());
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
-  const LayerContext ctx{eng_, tp_, kv_group_.get()};
+  s.aux_dprob_scaled.resize(s.aux_dprob.size());
+  for (size_t e = 0; e < s.aux_dprob.size(); ++e) s.aux_dprob_scaled[e] = s.aux_dprob[e] * loss_scale;
+  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled};
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;
@@ -255,7 +289,15 @@ void Transformer::init_weights(uint64_t seed) {
   // Fused layers keep one f32 weight per layer so that their parts' views (the parameters)
   // share its storage; every value below is then written in place.
   for (TransformerLayer& l : layers_) {
-    for (ColumnParallelLinear* lin : {&l.attn().qkv(), &l.mlp().in()}) {
+    std::vector<ColumnParallelLinear*> fused{&l.attn().qkv()};
+    if (l.is_moe()) {
+      for (int64_t e = l.moe().local_experts().begin; e < l.moe().local_experts().end; ++e)
+        fused.push_back(&l.moe().expert(e).in());
+      if (l.moe().has_shared()) fused.push_back(&l.moe().shared().in());
+    } else {
+      fused.push_back(&l.mlp().in());
+    }
+    for (ColumnParallelLinear* lin : fused) {
       std::vector<uint64_t> ids(size_t(lin->n_parts()), 0);
       lin->init_normal(stddev, seed, ids);
     }

@@ -37,7 +37,7 @@ void ParallelMlp::zero_grad() {
   down_.zero_grad();
 }
 
-void ParallelMlp::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts, Communicator& tp) const {
+Tensor ParallelMlp::activate(MatmulEngine& eng, const Tensor& x, MlpActs& acts) const {
   TP_CHECK(x.ndim() == 2, "[ParallelMlp::forward] x: got ", x.describe(), ", expected (N, C)");
   const int64_t N = x.dim(0), Fl = ffn_local();
   Tensor pre = scratch_rows(acts.pre, N, in_.out_local());
@@ -49,11 +49,18 @@ void ParallelMlp::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpAc
     geglu_rows_forward(h.data<float>(), pre.data<float>(), N, Fl);
   else
     gelu_tanh_forward(h.data<float>(), pre.data<float>(), N * Fl);
-  down_.forward(eng, out, h, tp);
+  return h;
 }
 
-void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
-                           Communicator& tp) {
+void ParallelMlp::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts, Communicator& tp) const {
+  down_.forward(eng, out, activate(eng, x, acts), tp);
+}
+
+void ParallelMlp::forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts) const {
+  down_.forward_partial(eng, out, activate(eng, x, acts));
+}
+
+Tensor ParallelMlp::d_pre(MatmulEngine& eng, const Tensor& d_out, const Tensor& x, const MlpActs& acts) {
   const int64_t N = x.dim(0), Fl = ffn_local();
   auto saved = [&](const Tensor& t, int64_t cols) {
     TP_CHECK(t.ndim() == 2 && t.dim(0) >= N && t.dim(1) == cols, "[ParallelMlp::backward] saved activation ",
@@ -70,7 +77,17 @@ void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
     geglu_rows_backward(d_pre.data<float>(), d_h.data<float>(), pre.data<float>(), N, Fl);
   else
     gelu_tanh_backward(d_pre.data<float>(), d_h.data<float>(), pre.data<float>(), N * Fl);
-  in_.backward(eng, d_x, d_pre, x, tp);
+  return d_pre;
+}
+
+void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
+                           Communicator& tp) {
+  in_.backward(eng, d_x, d_pre(eng, d_out, x, acts), x, tp);
+}
+
+void ParallelMlp::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                                   const MlpActs& acts) {
+  in_.backward_partial(eng, &d_x, d_pre(eng, d_out, x, acts), x);
 }
 
 }  // namespace tensorpar

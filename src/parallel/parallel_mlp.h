@@ -46,8 +46,18 @@ class ParallelMlp {
   // d_x (N, C) written (all-reduced); weight grads accumulate.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
                 Communicator& tp);
+  // The same two without communication, for blocks that sum several MLPs with one all-reduce
+  // (the experts of an MoE layer): out (N, C) = this rank's Partial output (no bias: a biased
+  // MLP adds it after the reduction); d_x (N, C) += this rank's Partial input gradient.
+  void forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts) const;
+  void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts);
 
  private:
+  // acts.h (N, F_local) = the activation of in(x); returns it.
+  Tensor activate(MatmulEngine& eng, const Tensor& x, MlpActs& acts) const;
+  // The gradient of in()'s output (N, out_local) from d_out, down's weight grads accumulated.
+  Tensor d_pre(MatmulEngine& eng, const Tensor& d_out, const Tensor& x, const MlpActs& acts);
+
   MlpKind kind_;
   ColumnParallelLinear in_;
   RowParallelLinear down_;

@@ -31,7 +31,7 @@ ModelSpec megatron_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vo
   m.ffn = 4 * hidden;
   m.vocab = vocab;
   m.positions = seq;
-  m.mlp = MlpKind::kPlain;
+  m.mlp = MlpMatrices::kPlain;
   m.tied_embeddings = true;
   m.linear_biases = true;
   m.norm_vectors = 2;
@@ -42,7 +42,7 @@ ModelSpec megatron_gpt(int64_t layers, int64_t hidden, int64_t heads, int64_t vo
 namespace {
 
 int64_t mlp_matrices(const ModelSpec& m) {
-  return m.mlp == MlpKind::kGated ? 3 : 2;
+  return m.mlp == MlpMatrices::kGated ? 3 : 2;
 }
 
 // One expert's (or the dense) MLP: weights plus biases when the model has them.

@@ -7,7 +7,7 @@
 
 namespace tensorpar::plan {
 
-enum class MlpKind : uint8_t { kGated, kPlain };  // SwiGLU (gate, up, down) | GELU (fc1, fc2)
+enum class MlpMatrices : uint8_t { kGated, kPlain };  // SwiGLU (gate, up, down) | GELU (fc1, fc2)
 
 struct ModelSpec {
   std::string name;
@@ -21,7 +21,7 @@ struct ModelSpec {
   int64_t experts = 0;   // E; 0 = dense
   int64_t experts_per_token = 0;
   int64_t positions = 0;  // learned position rows (GPT-2 style); 0 = RoPE
-  MlpKind mlp = MlpKind::kGated;
+  MlpMatrices mlp = MlpMatrices::kGated;
   bool tied_embeddings = false;
   bool linear_biases = false;  // every linear has a bias (GPT-2 / Megatron GPT)
   bool qkv_bias = false;       // q, k, v biases only (Qwen2)

@@ -56,7 +56,7 @@ LocalSizes local_sizes(const ModelSpec& m, int tp) {
 }
 
 double mlp_mats(const ModelSpec& m) {
-  return m.mlp == MlpKind::kGated ? 3 : 2;
+  return m.mlp == MlpMatrices::kGated ? 3 : 2;
 }
 double routed(const ModelSpec& m) {
   return m.is_moe() ? double(m.experts_per_token) : 1.0;
@@ -122,7 +122,7 @@ LayerCost layer_cost(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& 
   // Memory-bound work, elements read + written: norms, residual adds, dropout, activation
   // function, and (without a fused attention kernel) the s x s softmax.
   const double rep = (m.dropout ? 16 : 10) * tok * C / (p.sp ? p.tp : 1);
-  const double act = (m.mlp == MlpKind::kGated ? 3 : 2) * tok * l.ffn * k;
+  const double act = (m.mlp == MlpMatrices::kGated ? 3 : 2) * tok * l.ffn * k;
   const double scores = c.eff.fused_attention ? 0 : (m.dropout ? 4.5 : 2) * b * l.heads * s * s;
   lc.elementwise = memory_time(c, act_bytes * (fwd_all * (rep + act) + fwd_attn * scores));
   // TP: 2 all-reduces forward, 2 backward, 2 more with full recomputation; under SP each is an
@@ -156,7 +156,7 @@ double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bo
   const double rep = sb * C * (4 * kAct + (m.dropout ? 2 : 0)) / (sp ? tp : 1);
   // Sharded over TP: Q, K, V, the output projection's input, the MLP's inner activations.
   const double attn = kAct * sb * (l.q + l.kv) + kAct * sb * l.kv + kAct * sb * l.q;
-  const double mlp = kAct * sb * l.ffn * (m.mlp == MlpKind::kGated ? 3 : 2) * routed(m);
+  const double mlp = kAct * sb * l.ffn * (m.mlp == MlpMatrices::kGated ? 3 : 2) * routed(m);
   // Softmax output (+ dropout mask and output): 5 a s^2 b with dropout, 2 without.
   const double scores = (r == Recompute::kSelective || fused_attention)
                             ? 0

@@ -31,7 +31,7 @@ ModelSpec spec_of(const nlohmann::json& j) {
   m.experts = j.value("experts", 0);
   m.experts_per_token = j.value("experts_per_token", 0);
   if (j.at("family") == "gpt2") {
-    m.mlp = MlpKind::kPlain;
+    m.mlp = MlpMatrices::kPlain;
     m.linear_biases = true;
     m.norm_vectors = 2;
     m.positions = j.at("positions");
