@@ -37,6 +37,13 @@ void ParallelMlp::zero_grad() {
   down_.zero_grad();
 }
 
+void ParallelMlp::allocate_grads() {
+  ensure_grad(in_.d_weight(), {in_.out_local(), in_.in_features()});
+  if (in_.has_bias()) ensure_grad(in_.d_bias(), {in_.out_local()});
+  ensure_grad(down_.d_weight(), down_.weight().shape());
+  if (down_.has_bias()) ensure_grad(down_.d_bias(), {down_.out_features()});
+}
+
 Tensor ParallelMlp::activate(MatmulEngine& eng, const Tensor& x, MlpActs& acts) const {
   TP_CHECK(x.ndim() == 2, "[ParallelMlp::forward] x: got ", x.describe(), ", expected (N, C)");
   const int64_t N = x.dim(0), Fl = ffn_local();

@@ -40,6 +40,8 @@ class ParallelMlp {
   RowParallelLinear& down() { return down_; }  // down_proj / c_proj
   int64_t weight_bytes() const;
   void zero_grad();
+  // Allocates the (zero) gradients a first backward would: for an expert that got no tokens.
+  void allocate_grads();
 
   // out (N, C) Replicated = MLP(x (N, C)); acts hold the intermediates (grown here as needed).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts, Communicator& tp) const;

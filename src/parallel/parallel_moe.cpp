@@ -267,7 +267,10 @@ void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
   to_expert_order(d_ye, d_recv, a, false);
   for (int64_t j = 0; j < El; ++j) {
     const int64_t o = a.expert_offset[size_t(j)], rows = a.expert_offset[size_t(j) + 1] - o;
-    if (rows == 0) continue;
+    if (rows == 0) {
+      experts_mlp_[size_t(j)].allocate_grads();
+      continue;
+    }
     Tensor dxj = d_xe.slice(0, o, o + rows);
     experts_mlp_[size_t(j)].backward_partial(eng, dxj, d_ye.slice(0, o, o + rows), a.expert_x.slice(0, o, o + rows),
                                              a.expert_acts[size_t(j)]);
