@@ -34,7 +34,7 @@ namespace fs = std::filesystem;
 struct TrainCliOptions {
   CommonOptions common;
   std::string model, arch = "llama", vocab_from, resume;
-  int64_t layers = 4, hidden = 256, heads = 8, kv_heads = 0, ffn = 0;
+  int64_t layers = 4, hidden = 256, heads = 8, kv_heads = 0, ffn = 0, experts = 0, experts_per_token = 2;
   RunSettings run;
   uint64_t init_seed = 1;
   bool bf16 = false;
@@ -44,7 +44,8 @@ struct TrainCliOptions {
 };
 
 // Flags that shape a new model; a resumed run's model comes from its checkpoint.
-const char* const kModelShapeFlags[] = {"arch", "layers", "hidden", "heads", "kv-heads", "ffn"};
+const char* const kModelShapeFlags[] = {"arch", "layers", "hidden", "heads", "kv-heads", "ffn", "experts",
+                                        "experts-per-token"};
 
 ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
   ModelConfig c;
@@ -67,9 +68,32 @@ ModelConfig config_from_flags(const TrainCliOptions& o, int64_t vocab) {
     c.n_kv_heads = kv;
     c.ffn = o.ffn > 0 ? o.ffn : (8 * o.hidden / 3 + 63) / 64 * 64;
     c.tie_embeddings = true;
+    if (o.experts > 0) {  // a Mixtral: every layer's MLP is experts of size --ffn
+      TP_CHECK(o.experts_per_token >= 1 && o.experts_per_token <= o.experts, "[train] --experts-per-token ",
+               o.experts_per_token, ", expected in [1, --experts ", o.experts, "]");
+      c.model_type = "mixtral";
+      c.moe.n_experts = o.experts;
+      c.moe.top_k = o.experts_per_token;
+      c.moe.expert_ffn = c.ffn;
+      c.moe.norm_topk = true;
+      c.moe.layer_moe.assign(size_t(c.n_layers), true);
+      c.moe.aux_loss_coef = 0.02;
+    }
   }
   c.validate("--arch flags");
   return c;
+}
+
+// MoE: the busiest expert's share of the routed slots over the mean share, worst over the MoE
+// layers (1 = perfectly balanced).
+double expert_imbalance(const std::vector<std::vector<double>>& load) {
+  double worst = 0;
+  for (const std::vector<double>& l : load) {
+    double sum = 0, mx = 0;
+    for (double v : l) sum += v, mx = std::max(mx, v);
+    if (sum > 0) worst = std::max(worst, mx * double(l.size()) / sum);
+  }
+  return worst;
 }
 
 void print_step(const StepLog& l, const std::string& saved, bool json) {
@@ -77,14 +101,18 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
     nlohmann::json j = {{"step", l.step},      {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
                         {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
     if (l.val_loss) j["val_loss"] = *l.val_loss;
+    if (!l.expert_load.empty()) j["expert_load"] = l.expert_load;
     if (!saved.empty()) j["checkpoint"] = saved;
     std::printf("%s\n", j.dump().c_str());
   } else {
     char val[32] = "";
     if (l.val_loss) std::snprintf(val, sizeof(val), " | val %.4f", double(*l.val_loss));
-    std::printf("step %5lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms\n",
+    char moe[40] = "";
+    if (!l.expert_load.empty())
+      std::snprintf(moe, sizeof(moe), " | expert load max/mean %.2f", expert_imbalance(l.expert_load));
+    std::printf("step %5lld | loss %.4f%s | lr %.2e | norm %.3f | %8.0f tok/s | %7.1f ms%s\n",
                 (long long)l.step, double(l.loss), val, double(l.lr), l.grad_norm, l.tokens_per_s,
-                l.ms);
+                l.ms, moe);
     std::fflush(stdout);  // the step's line first, then the note about its checkpoint
     if (!saved.empty()) std::fprintf(stderr, "[train] saved checkpoint %s\n", saved.c_str());
   }
@@ -176,7 +204,13 @@ void run_train(TrainCliOptions& o) {
              " x --pp ", o.pp, " does not match the MPI world of ", world.size(),
              " ranks (mpirun -np ", tp_size * o.dp * o.pp, ")");
     // World rank = tp_rank + tp * (dp_rank + dp * pp_rank): a TP group is tp consecutive ranks.
-    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp, .pp = o.pp});
+    // Training carves expert parallelism out of data parallelism (Megatron): --ep consecutive DP
+    // ranks hold different experts and exchange tokens by all_to_all.
+    TP_CHECK(o.common.ep == 1 || (o.dp % o.common.ep == 0 && o.pp == 1), "[train] --ep ", o.common.ep,
+             " spreads experts over data-parallel ranks: --dp (", o.dp, ") must be a multiple of it",
+             o.pp > 1 ? ", and pipeline stages (--pp) are not supported with it yet" : "");
+    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp, .pp = o.pp, .ep = o.common.ep});
+    const ExpertParallel experts{1, o.common.ep > 1 ? &mesh.ep() : nullptr};
     Communicator& tp = mesh.tp();
     const bool lead = world.rank() == 0;
     // Rank 0 reads and tokenises the corpus; the others receive it.
@@ -220,11 +254,11 @@ void run_train(TrainCliOptions& o) {
     } else if (!o.model.empty()) {
       LoadOptions lo;
       lo.keep_quantized = false;  // quantized GGUF weights are dequantized to f32 to train
-      model = load_model(o.model, tp, lo);
+      model = load_model(o.model, tp, lo, experts);
     } else {
       // Resumed: every parameter comes from the checkpoint, whose config (any RoPE layout) is
       // stored in it. New: initialised from --init-seed.
-      model = init_model(config, tp, o.init_seed);
+      model = init_model(config, tp, o.init_seed, experts);
     }
     TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", model->config().vocab_size);
@@ -235,7 +269,8 @@ void run_train(TrainCliOptions& o) {
     TrainOptions topt = effective.train;
     topt.extra_state = {
         {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
-    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr, pipeline.get());
+    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr, pipeline.get(),
+                    experts.dispatch, experts.dispatch ? &mesh.edp() : nullptr);
     if (!o.resume.empty()) {
       const std::string schedule_note = trainer.resume(o.resume);
       if (lead)
@@ -249,9 +284,9 @@ void run_train(TrainCliOptions& o) {
     if (lead) {
       std::fprintf(
           stderr,
-          "[train] %s, %s, tp %d, pp %d, dp %d; matmuls %s; recomputed layers %lld; from step "
+          "[train] %s, %s, tp %d, pp %d, dp %d, ep %d; matmuls %s; recomputed layers %lld; from step "
           "%lld\n",
-          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.pp, o.dp,
+          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.pp, o.dp, o.common.ep,
           topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
           (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
           (long long)trainer.step());
@@ -284,6 +319,12 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--ffn", o->ffn, "New model: MLP size (0 = llama 8/3 C rounded to 64, gpt2 4 C)")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--experts", o->experts,
+                  "New model: a mixture of experts (llama arch, written as Mixtral) with this many experts of "
+                  "size --ffn per layer (0 = dense)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--experts-per-token", o->experts_per_token, "New MoE model: experts each token is routed to")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option(
          "--seq", t.seq,
          "Tokens per sequence (also a new model's max positions; at most a loaded model's)")
@@ -333,6 +374,10 @@ void add_train_command(CLI::App& app) {
                   "Activation recomputation: the first N layers save only their input and rerun "
                   "their forward "
                   "in backward (>= --layers: every layer)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--moe-aux-loss-coef", t.compute.moe_aux_loss_coef,
+                  "Mixture-of-experts models: weight of the load-balancing loss added to the cross-entropy "
+                  "(default: the model config's router_aux_loss_coef; 0: none)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", t.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");

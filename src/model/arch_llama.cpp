@@ -130,6 +130,8 @@ void Transformer::append_moe_params(std::vector<ParamShard>& out, TransformerLay
     append_param(out, m.expert(p, e, m.up), gu.part_weight(1), gu.part_d_weight(1), {F, C}, 0, gu.part_range(1));
     append_param(out, m.expert(p, e, m.down), down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
   }
+  if (ep_.dispatch)
+    for (size_t i = out.size() - size_t(3 * moe.local_experts().size()); i < out.size(); ++i) out[i].expert = true;
   if (moe.has_shared()) {
     const int64_t Fs = config_.moe.shared_ffn;
     ColumnParallelLinear& gu = moe.shared().in();

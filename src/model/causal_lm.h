@@ -76,6 +76,10 @@ struct ParamShard {
   // when tp > n_kv_heads (kv heads replicated). Their gradients are already identical on
   // every holder; a global norm counts such a shard once (weight 1 / copies per rank).
   int copies = 1;
+  // An expert's shard under expert parallelism carved out of data parallelism: the EP ranks hold
+  // different experts, so its gradient is summed over the expert-data-parallel group (not DP)
+  // and the global norm and checkpoints gather it over the EP group.
+  bool expert = false;
 };
 
 // How training steps (forward_backward, forward_loss) compute; inference ignores it.
@@ -132,6 +136,9 @@ class CausalLM {
   virtual void zero_grad() = 0;
   // Bytes of weights held on this rank.
   virtual int64_t weight_bytes() const = 0;
+  // Mixture-of-experts models: per MoE layer, the top-k slots routed to each expert by the last
+  // training forward on this rank's tokens (empty for a dense model).
+  virtual std::vector<std::vector<double>> expert_load() const { return {}; }
 };
 
 }  // namespace tensorpar

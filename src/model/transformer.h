@@ -51,9 +51,6 @@ class Transformer final : public CausalLM {
 
   const LayerSpan& span() const { return span_; }
   const ExpertSplit& expert_split() const { return expert_split_; }
-  // Per MoE layer of the span (in order), the slots routed to each expert by the last forward
-  // on this rank's tokens (training's load statistics; empty for a dense model).
-  const std::vector<std::vector<double>>& expert_load() const { return expert_load_; }
 
   // ---- a pipeline stage's training (train/pipeline.h runs these under its schedule) ----
   // Forward of micro-batch `micro` through this span. tokens (B, T) i64 on every stage (they
@@ -86,6 +83,7 @@ class Transformer final : public CausalLM {
   std::vector<ParamShard> parameters() override;
   void zero_grad() override;
   int64_t weight_bytes() const override;
+  std::vector<std::vector<double>> expert_load() const override { return expert_load_; }
 
  private:
   struct Workspace;

@@ -39,6 +39,9 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshSizes& sizes)
   const int ep_block = dp_rank / sizes_.ep;
   ep_ = checked_split(world, sizes_, tp_rank + s_tp * (ep_block + s_dp * pp_rank),
                       dp_rank % sizes_.ep, sizes_.ep, "ep");
+  // EDP: the dp ranks at the same place in their EP groups.
+  edp_ = checked_split(world, sizes_, tp_rank + s_tp * (dp_rank % sizes_.ep + s_dp * pp_rank), ep_block,
+                       s_dp / sizes_.ep, "edp");
   ctx_.emplace(ParallelContext{*tp_, *dp_, *pp_, *ep_});
 }
 

@@ -1,7 +1,9 @@
 // DeviceMesh: the world cut into TP, DP, EP and PP groups. Rank
 // order follows Megatron/torchtitan: TP varies fastest (neighbours share a node), then DP, then
 // PP: world rank = tp_rank + tp * (dp_rank + dp * pp_rank). EP groups are carved out of DP:
-// expert-parallel peers are `ep` consecutive DP ranks (ep must divide dp).
+// expert-parallel peers are `ep` consecutive DP ranks (ep must divide dp); the DP ranks holding
+// the same experts (same dp_rank % ep) form the expert-data-parallel (EDP) group, over which
+// expert gradients are summed.
 #pragma once
 
 #include <memory>
@@ -33,6 +35,7 @@ class DeviceMesh {
   Communicator& dp() { return *dp_; }
   Communicator& pp() { return *pp_; }
   Communicator& ep() { return *ep_; }
+  Communicator& edp() { return *edp_; }
   // References to the groups above, to pass to layers.
   ParallelContext& context() { return *ctx_; }
 
@@ -49,7 +52,7 @@ class DeviceMesh {
  private:
   Communicator& world_;
   MeshSizes sizes_;
-  std::unique_ptr<Communicator> tp_, dp_, pp_, ep_;
+  std::unique_ptr<Communicator> tp_, dp_, pp_, ep_, edp_;
   std::optional<ParallelContext> ctx_;  // bound once the groups exist
 };
 

@@ -41,16 +41,18 @@ void read_into(const ShardedCheckpointReader& r, const std::string& name, const 
 
 void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
                      AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault,
-                     Communicator* pp) {
+                     Communicator* pp, Communicator* ep) {
   const std::string name = "step-" + std::to_string(step);
   const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
   const int n_stages = pp ? pp->size() : 1, stage = pp ? pp->rank() : 0;
-  const int file = tp.rank() + tp.size() * stage, n_files = tp.size() * n_stages;
+  const int n_ep = ep ? ep->size() : 1, ep_rank = ep ? ep->rank() : 0;
+  const int file = tp.rank() + tp.size() * (stage + n_stages * ep_rank), n_files = tp.size() * n_stages * n_ep;
   const bool lead = file == 0;
-  // Every rank of tp x pp: within each stage, then over the stages, then back to each stage.
+  // Every rank of tp x pp (x ep): within each group, then over the next dimension, then back.
   auto barrier = [&] {
     tp.barrier();
     if (pp) pp->barrier(), tp.barrier();
+    if (ep) ep->barrier(), tp.barrier();
   };
   if (lead) {
     fs::create_directories(root);
@@ -61,7 +63,7 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
   barrier();
   std::vector<ShardedTensor> pieces;
   for (const ParamShard& p : params) {
-    if (p.shard_dim < 0 && tp.rank() != 0) continue;
+    if ((p.shard_dim < 0 && tp.rank() != 0) || (!p.expert && ep_rank != 0)) continue;
     pieces.push_back(piece_of("param/", p, *p.value));
     if (!p.grad) continue;
     AdamWState& s = opt.state(p);

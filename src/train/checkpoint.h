@@ -26,9 +26,11 @@ struct SaveFault {
 // per (pp, tp) rank; loading finds tensors by name, so any other tp x pp reads them). Writes
 // <root>/step-<step> (via <root>/.tmp-step-<step>) and points <root>/latest at it. `state`
 // (JSON) is stored in the index under "state" with "step", "optimizer_steps", "tp" and "pp" added.
+// ep (expert parallelism over data-parallel ranks): the EP group, collective over it too; each EP
+// rank writes its experts (ParamShard::expert), EP rank 0 everything else.
 void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
                      AdamW& opt, Communicator& tp, nlohmann::json state,
-                     const SaveFault& fault = {}, Communicator* pp = nullptr);
+                     const SaveFault& fault = {}, Communicator* pp = nullptr, Communicator* ep = nullptr);
 
 // Reads this rank's slice of every parameter (and, with opt, its moments and step count) from
 // the checkpoint `path` names (a step directory, or a root with `latest`). Returns the state.

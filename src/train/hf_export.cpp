@@ -60,9 +60,13 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
     const std::string type =
         c.model_type.empty() || c.model_type == "smollm2" ? "llama" : c.model_type;
     j = {{"architectures",
-          {type == "qwen2"     ? "Qwen2ForCausalLM"
-           : type == "mistral" ? "MistralForCausalLM"
-                               : "LlamaForCausalLM"}},
+          {type == "qwen2"       ? "Qwen2ForCausalLM"
+           : type == "mistral"   ? "MistralForCausalLM"
+           : type == "qwen3"     ? "Qwen3ForCausalLM"
+           : type == "mixtral"   ? "MixtralForCausalLM"
+           : type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
+           : type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                 : "LlamaForCausalLM"}},
          {"model_type", type},
          {"vocab_size", c.vocab_size},
          {"hidden_size", c.hidden},
@@ -88,6 +92,22 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
                            {"low_freq_factor", c.rope.low_freq_factor},
                            {"high_freq_factor", c.rope.high_freq_factor},
                            {"original_max_position_embeddings", c.rope.original_max_position}};
+    }
+    if (c.moe.n_experts > 0) {  // the keys model_config.cpp reads back
+      const MoeConfig& m = c.moe;
+      j[type == "mixtral" ? "num_local_experts" : "num_experts"] = m.n_experts;
+      j["num_experts_per_tok"] = m.top_k;
+      j["router_aux_loss_coef"] = m.aux_loss_coef;
+      if (type != "mixtral") {
+        std::vector<int64_t> dense;
+        for (int64_t l = 0; l < c.n_layers; ++l)
+          if (!c.is_moe(l)) dense.push_back(l);
+        j["moe_intermediate_size"] = m.expert_ffn;
+        j["norm_topk_prob"] = m.norm_topk;
+        j["decoder_sparse_step"] = 1;
+        j["mlp_only_layers"] = dense;
+        if (m.shared_ffn > 0) j["shared_expert_intermediate_size"] = m.shared_ffn;
+      }
     }
   }
   j["bos_token_id"] = token_id(c.bos_id);

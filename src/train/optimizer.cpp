@@ -44,8 +44,9 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
   return min_lr + float(0.5 * (1.0 + std::cos(M_PI * progress))) * (lr - min_lr);
 }
 
-double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp) {
-  double local = 0;
+double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp,
+                        Communicator* ep) {
+  double local[2] = {0, 0};  // the shards every EP rank holds alike, and the experts' (differ over EP)
   for (const ParamShard& p : params) {
     if (!p.grad || p.grad->numel() == 0) continue;
     const float* g = p.grad->data<float>();
@@ -53,13 +54,20 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp,
     for (int64_t i = 0, n = p.grad->numel(); i < n; ++i) s += double(g[i]) * double(g[i]);
     TP_CHECK(p.copies >= 1, "[global_grad_norm] '", p.name, "' has copies ", p.copies,
              ", expected >= 1");
-    local += s / double(p.copies);
+    local[p.expert ? 1 : 0] += s / double(p.copies);
   }
   // Gather the doubles bitwise (no f64 reduction dtype) and add in rank order on every rank.
-  std::vector<double> all(size_t(tp.size()));
-  tp.all_gather(&local, all.data(), int64_t(sizeof(double)), DType::kU8);
-  double total = 0;
-  for (double x : all) total += x;
+  std::vector<double> all(size_t(2 * tp.size()));
+  tp.all_gather(local, all.data(), int64_t(2 * sizeof(double)), DType::kU8);
+  double dense = 0, experts = 0;
+  for (int r = 0; r < tp.size(); ++r) dense += all[size_t(2 * r)], experts += all[size_t(2 * r + 1)];
+  if (ep && ep->size() > 1) {
+    std::vector<double> ranks(size_t(ep->size()));
+    ep->all_gather(&experts, ranks.data(), int64_t(sizeof(double)), DType::kU8);
+    experts = 0;
+    for (double x : ranks) experts += x;
+  }
+  double total = dense + experts;
   if (pp && pp->size() > 1) {
     std::vector<double> stages(size_t(pp->size()));
     pp->all_gather(&total, stages.data(), int64_t(sizeof(double)), DType::kU8);
@@ -70,8 +78,8 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp,
 }
 
 double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
-                      Communicator* pp) {
-  const double norm = global_grad_norm(params, tp, pp);
+                      Communicator* pp, Communicator* ep) {
+  const double norm = global_grad_norm(params, tp, pp, ep);
   TP_CHECK(std::isfinite(norm), "[clip_grad_norm] gradient norm is ", norm, " on rank ", tp.rank(),
            " (a NaN/Inf gradient; lower the learning rate)");
   if (max_norm > 0 && norm > max_norm) {

@@ -49,10 +49,12 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
 // per-rank sums are gathered and added in rank order (identical on every rank). With pp (a
 // pipeline group), the stages' sums are then gathered and added in stage order: the norm of the
 // whole model. Collective over tp (and pp).
-double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp = nullptr);
+// ep: the EP group when experts are spread over data-parallel ranks (ParamShard::expert).
+double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp = nullptr,
+                        Communicator* ep = nullptr);
 
 // Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before.
 double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
-                      Communicator* pp = nullptr);
+                      Communicator* pp = nullptr, Communicator* ep = nullptr);
 
 }  // namespace tensorpar

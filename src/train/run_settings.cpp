@@ -62,6 +62,9 @@ const std::vector<Setting>& settings() {
        [](RunSettings& s, const nlohmann::json& j) {
          s.train.compute.recompute_layers = j.get<int64_t>();
        }},
+      {"moe-aux-loss-coef",
+       [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_aux_loss_coef); },
+       [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_aux_loss_coef = j.get<double>(); }},
   };
   return all;
 }

@@ -12,11 +12,22 @@ namespace tensorpar {
 
 namespace {
 constexpr uint64_t kTrainStream = 0, kValStream = 1;
+
+void add_expert_load(std::vector<std::vector<double>>& sum, const std::vector<std::vector<double>>& load) {
+  if (sum.empty()) {
+    sum = load;
+    return;
+  }
+  for (size_t l = 0; l < sum.size() && l < load.size(); ++l)
+    for (size_t e = 0; e < sum[l].size() && e < load[l].size(); ++e) sum[l][e] += load[l][e];
 }
+}  // namespace
 
 Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp,
-                 Pipeline* pipeline)
-    : model_(model), corpus_(corpus), o_(opt), dp_(dp), pipeline_(pipeline), opt_(opt.adam) {
+                 Pipeline* pipeline, Communicator* ep, Communicator* edp)
+    : model_(model), corpus_(corpus), o_(opt), dp_(dp), pipeline_(pipeline), ep_(ep), edp_(edp), opt_(opt.adam) {
+  TP_CHECK(!ep_ || (dp_ && edp_ && !pipeline_), "[Trainer] expert parallelism over data-parallel ranks needs the ",
+           "dp and edp groups and no pipeline");
   TP_CHECK(!pipeline_ || &pipeline_->model() == &model, "[Trainer] the pipeline runs another model");
   if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
   if (o_.micro_batch <= 0) o_.micro_batch = std::max<int64_t>(1, o_.batch / dp_size_);
@@ -64,6 +75,7 @@ StepLog Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_micro = o_.batch / o_.micro_batch;  // over the DP group
   model_.zero_grad();
+  std::vector<std::vector<double>> log_load;
   double loss = 0;
   Tensor x, y;
   if (pipeline_) {
@@ -81,13 +93,14 @@ StepLog Trainer::train_step() {
       sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
                      uint64_t(step_ * n_micro + m));
       loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
+      add_expert_load(log_load, model_.expert_load());
     }
   }
   std::vector<ParamShard> params = parameters();
   if (dp_size_ > 1) reduce_over_dp(params, loss);
   if (pipeline_) pipeline_->reduce_tied_grads();
   StepLog log;
-  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pipeline_ ? &pipeline_->pp() : nullptr);
+  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pipeline_ ? &pipeline_->pp() : nullptr, ep_);
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
   opt_.step(params, log.lr);
   ++step_;
@@ -95,13 +108,18 @@ StepLog Trainer::train_step() {
   log.loss = float(loss / double(n_micro));
   log.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
+  log.expert_load = std::move(log_load);
   return log;
 }
 
 void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
-  for (ParamShard& p : params)
-    if (p.grad && p.grad->numel() > 0)
-      dp_->all_reduce(p.grad->raw(), p.grad->raw(), p.grad->numel(), DType::kF32, ReduceOp::kSum);
+  // An expert's gradient already holds every EP rank's tokens (all_to_all brought them to it):
+  // the other copies of that expert are in the expert-data-parallel group.
+  for (ParamShard& p : params) {
+    Communicator& group = p.expert ? *edp_ : *dp_;
+    if (p.grad && p.grad->numel() > 0 && group.size() > 1)
+      group.all_reduce(p.grad->raw(), p.grad->raw(), p.grad->numel(), DType::kF32, ReduceOp::kSum);
+  }
   float l = float(loss);
   dp_->all_reduce(&l, &l, 1, DType::kF32, ReduceOp::kSum);
   loss = l;
@@ -118,9 +136,15 @@ float Trainer::evaluate() {
                      uint64_t(dp_rank_ + i * dp_size_));
     });
   } else {
-    for (int64_t i = dp_rank_; i < o_.eval_batches; i += dp_size_) {
-      sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i));
-      sum += model_.forward_loss(x, y);
+    // With experts spread over the DP ranks every rank must run as many forwards as its EP peers
+    // (their tokens meet in all_to_all): the rounds past eval_batches rerun a batch, not counted.
+    const int64_t rounds = (o_.eval_batches + dp_size_ - 1) / dp_size_;
+    for (int64_t k = 0; k < rounds; ++k) {
+      const int64_t i = dp_rank_ + k * dp_size_;
+      if (i >= o_.eval_batches && !ep_) break;
+      sample_windows(x, y, corpus_.val, o_.micro_batch, o_.seq, o_.seed, kValStream, uint64_t(i % o_.eval_batches));
+      const float l = model_.forward_loss(x, y);
+      if (i < o_.eval_batches) sum += l;
     }
   }
   if (dp_size_ > 1) {
@@ -133,14 +157,16 @@ float Trainer::evaluate() {
 
 void Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
-  if (dp_rank_ != 0) return;  // every DP replica holds the same parameters and moments
+  // Every DP replica holds the same parameters and moments, except that with expert parallelism
+  // the first EP group's ranks hold different experts: they all write.
+  if (dp_rank_ >= (ep_ ? ep_->size() : 1)) return;
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
   store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;
   state["schedule"] = {{"lr", o_.lr}, {"min_lr", o_.min_lr}, {"warmup", o_.warmup}, {"steps", o_.steps}};
   // A tied head's copy on the last stage is not saved: the first stage's embedding is the tensor.
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault,
-                  pipeline_ ? &pipeline_->pp() : nullptr);
+                  pipeline_ ? &pipeline_->pp() : nullptr, ep_);
 }
 
 void Trainer::run(const std::function<void(const StepLog&)>& on_step) {

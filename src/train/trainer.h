@@ -50,14 +50,18 @@ struct StepLog {
   double ms = 0;
   double tokens_per_s = 0;
   std::optional<float> val_loss;
+  // MoE models: per MoE layer, the top-k slots routed to each expert over the step's micro-batches
+  // (this rank's tokens; empty for a dense model).
+  std::vector<std::vector<double>> expert_load;
 };
 
 class Trainer {
  public:
   // dp: the data-parallel group of this rank (null: no data parallelism); pipeline: this rank's
-  // stage (null: the model is whole). Both outlive the trainer.
+  // stage (null: the model is whole); ep, edp: the expert-parallel and expert-data-parallel
+  // groups when an MoE model's experts are spread over DP ranks (DeviceMesh). All outlive it.
   Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp = nullptr,
-          Pipeline* pipeline = nullptr);
+          Pipeline* pipeline = nullptr, Communicator* ep = nullptr, Communicator* edp = nullptr);
 
   // Loads parameters, moments and the step from a checkpoint (any TP size). Collective. The
   // learning rate follows this run's options (--steps sets the cosine's length, so resuming with
@@ -85,6 +89,7 @@ class Trainer {
   TrainOptions o_;
   Communicator* dp_;
   Pipeline* pipeline_;
+  Communicator *ep_, *edp_;
   int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
   int64_t step_ = 0;
