@@ -1,0 +1,124 @@
+// Mixture-of-experts training with expert parallelism carved out of data parallelism: a tiny
+// Mixtral (5 experts, top 2; uneven over 2 and 4 EP ranks) trained on real text for 4 steps at
+// (tp, dp, ep) = (1, 2, 2), (2, 2, 2), (1, 4, 2), (1, 4, 4) takes the same losses, gradient norms
+// and parameters as the same tp and dp without EP (summation order only), every expert is
+// held by exactly one rank of each EP group with equal copies over the expert-data-parallel
+// group, and a checkpoint written at ep 2 (each EP rank writing its experts) resumes at tp 2 x dp 1
+// without EP to the same parameters.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+
+#include "model/transformer.h"
+#include "parallel/mesh.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/train_test_util.h"
+#include "train/trainer.h"
+
+namespace tensorpar::testing {
+namespace {
+
+const std::string kTokenizer = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+
+ModelConfig tiny_mixtral() {
+  ModelConfig c = tiny_llama(Tokenizer::from_json_file(kTokenizer).vocab_size());
+  c.model_type = "mixtral";
+  c.tie_embeddings = true;
+  c.moe.n_experts = 5;
+  c.moe.top_k = 2;
+  c.moe.expert_ffn = c.ffn;
+  c.moe.norm_topk = true;
+  c.moe.layer_moe.assign(size_t(c.n_layers), true);
+  c.moe.aux_loss_coef = 0.02;
+  return c;
+}
+
+struct MoeRun {
+  std::vector<StepLog> logs;
+  Gathered params;
+};
+
+MoeRun train(int tp, int dp, int ep, const TokenCorpus& corpus, const TrainOptions& o) {
+  MoeRun r;
+  std::mutex mu;
+  std::vector<Gathered> groups(static_cast<size_t>(dp / ep));  // per EP group (dp_rank / ep)
+  run_model_ranks(tp * dp, [&](Communicator& world) {
+    DeviceMesh mesh(world, {.tp = tp, .dp = dp, .ep = ep});
+    const ExpertParallel experts{1, ep > 1 ? &mesh.ep() : nullptr};
+    auto m = init_model(tiny_mixtral(), mesh.tp(), 21, experts);
+    Trainer t(*m, corpus, o, dp > 1 ? &mesh.dp() : nullptr, nullptr, experts.dispatch,
+              experts.dispatch ? &mesh.edp() : nullptr);
+    t.run([&](const StepLog& l) {
+      if (world.rank() == 0) r.logs.push_back(l);
+    });
+    for (const ParamShard& p : m->parameters()) gather_into(groups[size_t(mesh.dp_rank() / ep)], mu, p, *p.value);
+  });
+  // Every EP group (and every DP replica in it) holds bitwise the same model.
+  for (size_t g = 1; g < groups.size(); ++g)
+    for (const auto& [name, v] : groups[0]) EXPECT_EQ(groups[g].at(name), v) << name << " in EP group " << g;
+  r.params = groups[0];
+  return r;
+}
+
+TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
+  const TokenCorpus corpus =
+      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  TrainOptions o;
+  o.steps = 4;
+  o.batch = 8;
+  o.micro_batch = 2;
+  o.seq = 16;
+  o.lr = 1e-2f;
+  o.warmup = 1;
+  o.eval_every = 4;
+  o.eval_batches = 3;  // not a multiple of dp: EP peers still run forwards in lockstep
+  const std::string root = ::testing::TempDir() + "tp_moe_ckpt_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  MoeRun saved;
+  // Each EP run against the run of its own tp and dp without EP (TP sizes differ in summation
+  // order, which Adam's first steps amplify in tiny gradient components).
+  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}}) {
+    const MoeRun base = train(tp, dp, 1, corpus, o);
+    ASSERT_EQ(base.logs.size(), 4u);
+    EXPECT_LT(base.logs.back().loss, base.logs.front().loss);
+    EXPECT_EQ(base.logs.front().expert_load.size(), 2u);  // per MoE layer
+    for (const int ep : {2, 4}) {
+      if (ep > dp) continue;
+      SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) + " ep " + std::to_string(ep));
+      TrainOptions ro = o;
+      if (dp == 2 && tp == 1) ro.out_dir = root;
+      const MoeRun r = train(tp, dp, ep, corpus, ro);
+      ASSERT_EQ(r.logs.size(), base.logs.size());
+      for (size_t i = 0; i < r.logs.size(); ++i) {
+        EXPECT_NEAR(r.logs[i].loss, base.logs[i].loss, 2e-5) << "step " << i + 1;
+        EXPECT_NEAR(r.logs[i].grad_norm, base.logs[i].grad_norm, 1e-4 * base.logs[i].grad_norm) << "step " << i + 1;
+        // Rank 0's tokens are the same micro-batches, so their routing is too.
+        EXPECT_EQ(r.logs[i].expert_load, base.logs[i].expert_load) << "step " << i + 1;
+      }
+      ASSERT_TRUE(r.logs.back().val_loss && base.logs.back().val_loss);
+      EXPECT_NEAR(*r.logs.back().val_loss, *base.logs.back().val_loss, 2e-5);
+      ASSERT_EQ(r.params.size(), base.params.size());
+      // 4 Adam steps of lr 1e-2 move a weight by up to 4e-2; summation order moves it by < 1e-4.
+      for (const auto& [name, v] : base.params) EXPECT_LE(max_abs_diff(r.params.at(name), v), 1e-4) << name;
+      if (!ro.out_dir.empty()) saved = r;
+    }
+  }
+  // The ep 2 checkpoint (two files per step, one per EP rank) resumes without EP at tp 2.
+  ASSERT_FALSE(saved.params.empty());
+  Gathered resumed;
+  std::mutex mu;
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = init_model(tiny_mixtral(), world, 99);
+    load_checkpoint(root, m->parameters(), nullptr);
+    for (const ParamShard& p : m->parameters()) gather_into(resumed, mu, p, *p.value);
+  });
+  for (const auto& [name, v] : saved.params) EXPECT_EQ(resumed.at(name), v) << name;
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace tensorpar::testing
