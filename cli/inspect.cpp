@@ -9,6 +9,7 @@
 #include "io/gguf.h"
 #include "model/load_model.h"
 #include "model/shard_plan.h"
+#include "model/transformer.h"
 
 namespace tensorpar::cli {
 
@@ -26,7 +27,8 @@ void run_inspect(const InspectOptions& o) {
   const ModelConfig config = read_model_config(o.model);
   check_tp_size(o.common.tp, config, "inspect");
   const auto store = open_tensor_store(o.model);
-  const auto plan = shard_plan(config, store->tensors(), o.common.tp);
+  expert_split_of(config, {o.common.ep, nullptr}, o.common.tp, 0);  // an EP size the model and tp take
+  const auto plan = shard_plan(config, store->tensors(), o.common.tp, o.common.ep);
   const int tp = o.common.tp;
   std::vector<int64_t> total(size_t(tp), 0);
   int64_t file_bytes = 0;
@@ -39,6 +41,15 @@ void run_inspect(const InspectOptions& o) {
                           {"heads", config.n_heads}, {"kv_heads", config.n_kv_heads}, {"head_dim", config.head_dim},
                           {"ffn", config.ffn}, {"vocab", config.vocab_size}, {"tied", config.tie_embeddings},
                           {"rope_theta", config.rope.theta}, {"tp", tp}};
+    if (config.moe.n_experts > 0) {
+      cfg["experts"] = config.moe.n_experts, cfg["experts_per_token"] = config.moe.top_k, cfg["ep"] = o.common.ep;
+      nlohmann::json per = nlohmann::json::array();
+      for (int r = 0; r < tp; ++r) {
+        const Range e = expert_ranges(config.moe.n_experts, o.common.ep)[size_t(r / (tp / o.common.ep))];
+        per.push_back({e.begin, e.end});
+      }
+      cfg["experts_per_rank"] = per;
+    }
     std::cout << nlohmann::json{{"config", cfg}}.dump() << "\n";
     for (const auto& p : plan) {
       nlohmann::json ranges = nlohmann::json::array();
@@ -57,6 +68,11 @@ void run_inspect(const InspectOptions& o) {
   for (int r = 0; r < tp; ++r) {
     const HeadRange h = partition_heads(config.n_heads, config.n_kv_heads, tp, r);
     std::printf(" r%d %s/%s", r, range_str(h.q).c_str(), range_str(h.kv).c_str());
+  }
+  if (config.moe.n_experts > 0) {
+    std::printf("\nep %d: experts per rank (each expert's ffn over %d ranks):", o.common.ep, tp / o.common.ep);
+    for (int r = 0; r < tp; ++r)
+      std::printf(" r%d %s", r, range_str(expert_ranges(config.moe.n_experts, o.common.ep)[size_t(r / (tp / o.common.ep))]).c_str());
   }
   std::printf("\n\n%-48s %-6s %-16s %10s  %-10s %s\n", "tensor", "type", "shape", "bytes", "split", "ranges / bytes per rank");
   for (const auto& p : plan) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/parallel_attention.h"
+#include "model/transformer.h"
 #include "parallel/parallel_mlp.h"
 
 namespace tensorpar {
@@ -14,6 +15,13 @@ namespace {
 bool has(const std::string& s, const char* x) { return s.find(x) != std::string::npos; }
 
 Range scaled(Range r, int64_t f) { return {r.begin * f, r.end * f}; }
+
+// The expert index of an MoE expert tensor ("...experts.<e>...."), -1 for any other tensor.
+int64_t expert_of(const std::string& n) {
+  const size_t at = n.find(".experts.");
+  if (at == std::string::npos) return -1;
+  return std::stoll(n.substr(at + 9));
+}
 
 }  // namespace
 
@@ -25,7 +33,8 @@ int64_t ffn_alignment(const ModelConfig& c, const std::vector<TensorInfo>& tenso
   return align;
 }
 
-std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<TensorInfo>& tensors, int tp) {
+std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<TensorInfo>& tensors, int tp,
+                                        int ep) {
   TP_CHECK(tp >= 1, "[shard_plan] tp: got ", tp, ", expected >= 1");
   const int64_t HS = c.head_dim;
   std::vector<Range> q, kv, vocab;
@@ -37,6 +46,15 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
   }
   const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, ffn_alignment(c, tensors));
   const bool gpt2 = c.family == ArchFamily::kGpt2;
+  // MoE: per rank, its experts and its slice of each (empty ranges for the experts it lacks), and
+  // the shared expert's split over the whole group.
+  std::vector<ExpertSplit> splits;
+  std::vector<Range> shared;
+  if (c.moe.n_experts > 0) {
+    for (int r = 0; r < tp; ++r) splits.push_back(expert_split_of(c, {ep, nullptr}, tp, r));
+    if (c.moe.shared_ffn > 0) shared = mlp_ffn_ranges(c.moe.shared_ffn, tp, ffn_alignment(c, tensors));
+  }
+  std::vector<Range> expert_ffn;
   std::vector<TensorShardPlan> out;
   for (const TensorInfo& t : tensors) {
     TensorShardPlan p;
@@ -51,6 +69,18 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       else if (has(n, "attn.c_proj.weight")) ranges = &q, dim = 0;
       else if (has(n, "mlp.c_fc")) ranges = &ffn, dim = int(t.shape.size()) - 1;
       else if (has(n, "mlp.c_proj.weight")) ranges = &ffn, dim = 0;
+    } else if (const int64_t e = expert_of(n); e >= 0 && !splits.empty()) {
+      expert_ffn.clear();
+      for (int r = 0; r < tp; ++r) {
+        const ExpertSplit& s = splits[size_t(r)];
+        const bool owns = expert_ranges(c.moe.n_experts, s.ep_size)[size_t(s.ep_rank)].contains(e);
+        expert_ffn.push_back(owns ? mlp_ffn_ranges(c.moe.expert_ffn, s.etp_size, 32)[size_t(s.etp_rank)] : Range{});
+      }
+      ranges = &expert_ffn;
+      dim = has(n, "down_proj") || has(n, ".w2.") ? 1 : 0;
+    } else if (has(n, "shared_expert.") && !shared.empty()) {
+      ranges = &shared;
+      dim = has(n, "down_proj") ? 1 : 0;
     } else {
       if (has(n, "embed_tokens") || has(n, "token_embd") || has(n, "lm_head") || n == "output.weight") ranges = &vocab;
       else if (has(n, "q_proj") || has(n, "attn_q.")) ranges = &q;

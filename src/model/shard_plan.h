@@ -24,6 +24,9 @@ struct TensorShardPlan {
 // blocks (256 for K-quants) and stay quantized.
 int64_t ffn_alignment(const ModelConfig& config, const std::vector<TensorInfo>& tensors);
 
-std::vector<TensorShardPlan> shard_plan(const ModelConfig& config, const std::vector<TensorInfo>& tensors, int tp);
+// ep: expert parallelism inside the TP group (MoE models, see ExpertParallel): an expert's
+// tensors are read only by the ranks of the EP rank that owns it, split over its expert-TP ranks.
+std::vector<TensorShardPlan> shard_plan(const ModelConfig& config, const std::vector<TensorInfo>& tensors, int tp,
+                                        int ep = 1);
 
 }  // namespace tensorpar

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "model/model_test_util.h"
+#include "model/shard_plan.h"
 #include "model/transformer.h"
 
 namespace tensorpar::testing {
@@ -102,6 +103,27 @@ TEST(MoeConfig, LayersAndExpertPlacement) {
   EXPECT_EQ(expert_split_of(m, {2, nullptr}, 4, 3).ep_rank, 1);
   EXPECT_EQ(expert_split_of(m, {2, nullptr}, 4, 3).etp_rank, 1);
   EXPECT_EQ(expert_ranges(5, 2), (std::vector<Range>{{0, 3}, {3, 5}}));
+}
+
+// inspect's shard plan: at tp 4 x ep 2 an expert's tensor is read once over the TP group (by the
+// two ranks of its EP rank, a slice each) and the shared expert's over all four.
+TEST(MoeConfig, ShardPlanReadsEachExpertOnce) {
+  const std::string dir = model_fixture("qwen2_moe_tiny");
+  const ModelConfig c = read_model_config(dir);
+  const auto plan = shard_plan(c, open_tensor_store(dir)->tensors(), 4, 2);
+  int experts = 0;
+  for (const TensorShardPlan& p : plan) {
+    if (p.info.name.find("experts.") == std::string::npos && p.info.name.find("shared_expert.") == std::string::npos)
+      continue;
+    int64_t sum = 0, readers = 0;
+    for (int64_t b : p.bytes) sum += b, readers += b > 0;
+    EXPECT_EQ(sum, p.info.nbytes) << p.info.name;
+    if (p.info.name.find(".experts.") != std::string::npos) {
+      ++experts;
+      EXPECT_LE(readers, 2) << p.info.name;
+    }
+  }
+  EXPECT_EQ(experts, 2 * 6 * 3);  // 2 MoE layers x 6 experts x (gate, up, down)
 }
 
 // Errors name the problem: ep not dividing tp, more EP ranks than experts, ep on a dense model,
