@@ -280,7 +280,7 @@ void run_train(TrainCliOptions& o) {
             resume_state.contains("run") || schedule_note.empty() ? "" : "; ",
             resume_state.contains("run") ? "" : schedule_note.c_str(), topt.out_dir.c_str());
     }
-    const TrainMemoryReport mem = train_memory_report(model->parameters(), tp);
+    const TrainMemoryReport mem = train_memory_report(model->parameters(), tp, experts.dispatch);
     if (lead) {
       std::fprintf(
           stderr,

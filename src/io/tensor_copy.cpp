@@ -96,6 +96,17 @@ int64_t file_shape_numel(const Shape& shape, const char* where) {
   return empty ? 0 : span;
 }
 
+StoredTensor outer_part(const StoredTensor& src, int64_t index) {
+  TP_CHECK(src.shape.size() >= 2 && index >= 0 && index < src.shape[0], "[outer_part] tensor '", src.name, "' in '",
+           src.file, "' of shape ", shape_str(src.shape), ": no part ", index, " along dim 0");
+  StoredTensor p = src;
+  p.shape.erase(p.shape.begin());
+  p.nbytes = src.nbytes / src.shape[0];  // rows of whole blocks: every part has the same bytes
+  p.data = src.data + index * p.nbytes;
+  p.name = src.name + "[" + std::to_string(index) + "]";
+  return p;
+}
+
 Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
                   std::optional<DType> out_opt) {
   const StoredFormat& f = *src.format;

@@ -49,6 +49,10 @@ int64_t file_shape_numel(const Shape& shape, const char* where);
 // converting to a float type dequantizes the covering blocks and slices exactly.
 Tensor copy_slice(const StoredTensor& src, int dim, int64_t begin, int64_t end,
                   std::optional<DType> out = std::nullopt);
+// Sub-tensor `index` along dim 0 of src (shape src.shape[1:]), sharing its bytes: one matrix of
+// a stacked 3-D tensor (GGUF's MoE experts, (E, rows, cols)). Throws naming the tensor when
+// index is out of range or src has fewer than 2 dims.
+StoredTensor outer_part(const StoredTensor& src, int64_t index);
 // The whole tensor (also 0-dim ones), converted like copy_slice.
 Tensor copy_whole(const StoredTensor& src, std::optional<DType> out = std::nullopt);
 

@@ -29,9 +29,36 @@ MoeNames moe_names(const ModelConfig& c) {
   return {"mlp.", "gate_proj", "up_proj", "down_proj"};
 }
 
+// GGUF (llama.cpp's names): the router blk.<l>.ffn_gate_inp, the experts stacked into
+// ffn_{gate,up,down}_exps (E, F, C) / (E, C, F), the shared expert ffn_*_shexp and its gate
+// ffn_gate_inp_shexp ((C) or (1, C)). Each rank reads only its experts' slices.
+void load_moe_gguf(ParallelMoe& moe, const WeightSource& src, const ArchNames& n, int64_t l, const ModelConfig& c) {
+  const int64_t C = c.hidden, E = c.moe.n_experts, F = c.moe.expert_ffn;
+  moe.router_weight() = src.whole_f32(n.layer(l, "", "ffn_gate_inp.weight"), {E, C});
+  for (int64_t e = moe.local_experts().begin; e < moe.local_experts().end; ++e) {
+    const SliceLoader gate_up[2] = {src.stacked(n.layer(l, "", "ffn_gate_exps.weight"), E, e, {F, C}),
+                                    src.stacked(n.layer(l, "", "ffn_up_exps.weight"), E, e, {F, C})};
+    moe.expert(e).in().load(gate_up);
+    moe.expert(e).down().load(src.stacked(n.layer(l, "", "ffn_down_exps.weight"), E, e, {C, F}));
+  }
+  if (moe.has_shared()) {
+    const int64_t Fs = c.moe.shared_ffn;
+    const SliceLoader gate_up[2] = {src.matrix(n.layer(l, "", "ffn_gate_shexp.weight"), {Fs, C}),
+                                    src.matrix(n.layer(l, "", "ffn_up_shexp.weight"), {Fs, C})};
+    moe.shared().in().load(gate_up);
+    moe.shared().down().load(src.matrix(n.layer(l, "", "ffn_down_shexp.weight"), {C, Fs}));
+    const std::string gate = n.layer(l, "", "ffn_gate_inp_shexp.weight");
+    const auto info = src.store().find(gate);
+    const bool flat = info && info->shape.size() == 1;
+    moe.shared_gate_weight() = src.whole_f32(gate, flat ? Shape{C} : Shape{1, C}).reshape({1, C}).contiguous();
+  }
+}
+
 void load_moe(ParallelMoe& moe, const WeightSource& src, const ArchNames& n, int64_t l, const ModelConfig& c) {
-  TP_CHECK(!n.gguf, "[load_model] ", src.path(), ": mixture-of-experts layers from GGUF files are not supported yet; "
-           "load the Hugging Face checkpoint (config.json + safetensors)");
+  if (n.gguf) {
+    load_moe_gguf(moe, src, n, l, c);
+    return;
+  }
   const int64_t C = c.hidden, E = c.moe.n_experts, F = c.moe.expert_ffn;
   const MoeNames m = moe_names(c);
   const std::string p = "model.layers." + std::to_string(l) + ".";

@@ -1,6 +1,8 @@
 // ModelConfig from GGUF metadata (llama.cpp's llama-arch keys "<arch>.embedding_length" etc.).
 // Llama-arch files hold Q/K rows permuted by llama.cpp's converter, so they get interleaved RoPE
-// (pairs (2i, 2i+1)) instead of un-permuting rows at load; qwen2 files are not permuted.
+// (pairs (2i, 2i+1)) instead of un-permuting rows at load; qwen2/qwen3 files are not permuted.
+// Mixture-of-experts files: llama-arch with <arch>.expert_count (Mixtral), qwen2moe and qwen3moe,
+// their experts stacked into 3-D tensors (arch_llama.cpp reads them).
 #include <algorithm>
 #include <cmath>
 
@@ -13,17 +15,19 @@ namespace tensorpar {
 ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<std::string>& tensor_names,
                                    const std::string& where) {
   const std::string arch = meta.get_string("general.architecture");
-  TP_CHECK(arch == "llama" || arch == "qwen2" || arch == "mistral" || arch == "gemma3", "[ModelConfig::from_gguf] ",
-           where, ": unsupported general.architecture '", arch, "' (supported: llama, qwen2, mistral, gemma3)");
+  TP_CHECK(arch == "llama" || arch == "qwen2" || arch == "mistral" || arch == "gemma3" || arch == "qwen3" ||
+               arch == "qwen2moe" || arch == "qwen3moe",
+           "[ModelConfig::from_gguf] ", where, ": unsupported general.architecture '", arch,
+           "' (supported: llama, qwen2, qwen3, mistral, gemma3, qwen2moe, qwen3moe)");
   auto has_tensor = [&](const std::string& n) {
     return std::find(tensor_names.begin(), tensor_names.end(), n) != tensor_names.end();
   };
   auto key = [&](const char* k) { return arch + "." + k; };
-  TP_CHECK(!meta.has(key("expert_count")) || meta.get_i64(key("expert_count")) == 0, "[ModelConfig::from_gguf] ",
-           where, ": a mixture-of-experts file (", key("expert_count"), " ", meta.get_i64(key("expert_count")),
-           "): GGUF MoE models are not supported yet; load the Hugging Face checkpoint (config.json + safetensors)");
   ModelConfig c;
-  c.model_type = arch;
+  // The HF model type of each GGUF architecture (names and conventions in arch_llama.cpp).
+  const int64_t experts = meta.has(key("expert_count")) ? meta.get_i64(key("expert_count")) : 0;
+  c.model_type = arch == "qwen2moe" ? "qwen2_moe" : arch == "qwen3moe" ? "qwen3_moe"
+                 : arch == "llama" && experts > 0 ? "mixtral" : arch;
   c.family = ArchFamily::kLlama;
   c.hidden = meta.get_i64(key("embedding_length"));
   c.n_layers = meta.get_i64(key("block_count"));
@@ -45,7 +49,24 @@ ModelConfig ModelConfig::from_gguf(const GgufMetadata& meta, const std::vector<s
   c.tie_embeddings = !has_tensor("output.weight");
   c.qkv_bias = has_tensor("blk.0.attn_q.bias");
   c.rope.theta = meta.has(key("rope.freq_base")) ? meta.get_f64(key("rope.freq_base")) : 10000.0;
-  c.rope.layout = arch == "qwen2" || arch == "gemma3" ? RopeLayout::kHalfSplit : RopeLayout::kInterleaved;
+  c.rope.layout = arch == "llama" || arch == "mistral" ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+  c.qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  if (experts > 0) {
+    // llama.cpp's graphs: softmax then top-k; the k weights renormalised for Mixtral and Qwen3-MoE,
+    // not for Qwen2-MoE (its shared expert sigmoid-gated); every layer sparse.
+    TP_CHECK(meta.has(key("expert_used_count")), "[ModelConfig::from_gguf] ", where, ": ", key("expert_count"),
+             " without ", key("expert_used_count"));
+    c.moe.n_experts = experts;
+    c.moe.top_k = meta.get_i64(key("expert_used_count"));
+    c.moe.expert_ffn = meta.has(key("expert_feed_forward_length")) ? meta.get_i64(key("expert_feed_forward_length"))
+                                                                    : c.ffn;
+    c.moe.norm_topk = arch != "qwen2moe";
+    if (arch == "qwen2moe")
+      c.moe.shared_ffn = meta.has(key("expert_shared_feed_forward_length"))
+                             ? meta.get_i64(key("expert_shared_feed_forward_length"))
+                             : c.ffn;
+    c.moe.layer_moe.assign(size_t(c.n_layers), true);
+  }
   const std::string scaling = meta.get_string_or(key("rope.scaling.type"), "none");
   if (scaling == "linear") {
     c.rope.scaling = RopeScalingType::kLinear;

@@ -28,7 +28,8 @@ int64_t expert_of(const std::string& n) {
 int64_t ffn_alignment(const ModelConfig& c, const std::vector<TensorInfo>& tensors) {
   int64_t align = 32;
   for (const TensorInfo& t : tensors)
-    if (t.dtype && dtype_is_quantized(*t.dtype) && t.shape.size() == 2 && t.shape.back() == c.ffn)
+    if (t.dtype && dtype_is_quantized(*t.dtype) && t.shape.size() >= 2 &&
+        (t.shape.back() == c.ffn || (c.moe.n_experts > 0 && t.shape.back() == c.moe.expert_ffn)))
       align = std::max(align, dtype_block_elems(*t.dtype));
   return align;
 }
@@ -78,9 +79,24 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       }
       ranges = &expert_ffn;
       dim = has(n, "down_proj") || has(n, ".w2.") ? 1 : 0;
-    } else if (has(n, "shared_expert.") && !shared.empty()) {
+    } else if (has(n, "_exps.") && !splits.empty() && t.shape.size() == 3) {
+      // GGUF's stacked experts (E, rows, cols): each rank reads its experts' slices.
+      p.split = "experts";
+      const int64_t per_expert = t.nbytes / std::max<int64_t>(1, t.shape[0]);
+      const int64_t F = c.moe.expert_ffn;
+      for (int r = 0; r < tp; ++r) {
+        const ExpertSplit& s = splits[size_t(r)];
+        const Range mine = expert_ranges(c.moe.n_experts, s.ep_size)[size_t(s.ep_rank)];
+        const Range f = mlp_ffn_ranges(F, s.etp_size, ffn_alignment(c, tensors))[size_t(s.etp_rank)];
+        p.ranges.push_back(mine);
+        p.bytes.push_back(mine.size() * per_expert * f.size() / std::max<int64_t>(1, F));
+      }
+      out.push_back(std::move(p));
+      continue;
+    } else if ((has(n, "shared_expert.") || (has(n, "_shexp.") && !has(n, "gate_inp"))) && !shared.empty()) {
       ranges = &shared;
-      dim = has(n, "down_proj") ? 1 : 0;
+      dim = has(n, "down_proj") || has(n, "ffn_down") ? 1 : 0;
+    } else if (has(n, "ffn_gate_inp")) {  // GGUF routers: replicated
     } else {
       if (has(n, "embed_tokens") || has(n, "token_embd") || has(n, "lm_head") || n == "output.weight") ranges = &vocab;
       else if (has(n, "q_proj") || has(n, "attn_q.")) ranges = &q;

@@ -57,6 +57,17 @@ SliceLoader WeightSource::matrix(const std::string& name, const Shape& shape, bo
 SliceLoader WeightSource::fused(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
                                 const Shape& shape, bool conv1d) const {
   check(name, stored_shape);
+  return loader(name, stored_shape, fused_dim, offset, shape, conv1d, -1);
+}
+
+SliceLoader WeightSource::stacked(const std::string& name, int64_t count, int64_t index, const Shape& shape) const {
+  TP_CHECK(shape.size() == 2, "[WeightSource::stacked] ", name, ": shape ", shape_str(shape));
+  check(name, {count, shape[0], shape[1]});
+  return loader(name, shape, 0, 0, shape, false, index);
+}
+
+SliceLoader WeightSource::loader(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
+                                 const Shape& shape, bool conv1d, int64_t outer) const {
   auto store = store_;
   const LoadOptions opt = opt_;
   const std::optional<DType> stored = store_->find(name)->dtype;
@@ -92,7 +103,8 @@ SliceLoader WeightSource::fused(const std::string& name, const Shape& stored_sha
     const bool part = offset != 0 || stored_shape[size_t(fused_dim)] != shape[size_t(conv1d ? 1 - fused_dim : fused_dim)];
     TP_CHECK(!part || sdim == fused_dim, "[load_model] ", where, ": '", name,
              "' is fused: only its fused dim can be sliced (got dim ", sdim, ")");
-    Tensor t = store->read_slice(name, sdim, b, e, out);
+    Tensor t = outer < 0 ? store->read_slice(name, sdim, b, e, out)
+                         : copy_slice(outer_part(store->stored(name), outer), sdim, b, e, out);
     if (conv1d && shape.size() == 2) t = t.transpose(0, 1).contiguous();
     return t;
   };

@@ -42,12 +42,19 @@ class WeightSource {
   // stored dim `fused_dim` (GPT-2's c_attn holds q, k, v side by side); conv1d as matrix().
   SliceLoader fused(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
                     const Shape& shape, bool conv1d) const;
+  // Matrix `index` of the stacked 3-D tensor `name` (count, rows, cols) (GGUF's MoE experts,
+  // ffn_gate_exps etc.), sliced as matrix() does: shape is (rows, cols).
+  SliceLoader stacked(const std::string& name, int64_t count, int64_t index, const Shape& shape) const;
   Tensor whole_f32(const std::string& name, const Shape& shape) const;
   // Slices that were to stay quantized but had to be dequantized so far (any rank).
   int64_t dequantized_fallbacks() const;
 
  private:
   void check(const std::string& name, const Shape& stored_shape) const;
+  // fused() and stacked() without the check: outer >= 0 reads part `outer` of a stacked tensor
+  // whose parts have shape stored_shape.
+  SliceLoader loader(const std::string& name, const Shape& stored_shape, int fused_dim, int64_t offset,
+                     const Shape& shape, bool conv1d, int64_t outer) const;
 
   std::shared_ptr<TensorStore> store_;
   std::string path_;

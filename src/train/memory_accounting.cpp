@@ -35,9 +35,19 @@ std::string TrainMemoryReport::summary() const {
   return s + " MiB";
 }
 
-TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp) {
+TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp, Communicator* ep) {
   TrainMemoryReport r;
   r.parameters = parameter_count(params);
+  if (ep && ep->size() > 1) {  // this rank's experts are counted above; add the other EP ranks'
+    std::vector<ParamShard> experts;
+    for (const ParamShard& p : params)
+      if (p.expert) experts.push_back(p);
+    int64_t mine = parameter_count(experts);
+    std::vector<int64_t> all(size_t(ep->size()));
+    ep->all_gather(&mine, all.data(), 1, DType::kI64);
+    for (int i = 0; i < ep->size(); ++i)
+      if (i != ep->rank()) r.parameters += all[size_t(i)];
+  }
   const int64_t mine = training_state_bytes(params);
   r.state_bytes_per_rank.resize(size_t(tp.size()));
   tp.all_gather(&mine, r.state_bytes_per_rank.data(), 1, DType::kI64);

@@ -27,7 +27,9 @@ struct TrainMemoryReport {
   std::string summary() const;
 };
 
-// Collective over tp: every rank gets the whole report.
-TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp);
+// Collective over tp (and ep): every rank gets the whole report. ep: the EP group when experts are
+// spread over data-parallel ranks (ParamShard::expert), whose experts are counted too.
+TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp,
+                                      Communicator* ep = nullptr);
 
 }  // namespace tensorpar
