@@ -123,7 +123,8 @@ def from_hub(hub, mixtral, n_layers, E):
         st = {w: torch.stack([torch.as_tensor(hub[k]) for k in v]) for w, v in ks.items()}
         out[f"model.layers.{b}.mlp.experts.gate_up_proj"] = torch.cat([st[g], st[u]], dim=1)
         out[f"model.layers.{b}.mlp.experts.down_proj"] = st[d]
-        router = f"model.layers.{b}.block_sparse_moe.gate.weight" if mixtral else f"model.layers.{b}.mlp.gate.weight"
+        router = (f"model.layers.{b}.block_sparse_moe.gate.weight" if mixtral
+                  else f"model.layers.{b}.mlp.gate.weight")
         out[f"model.layers.{b}.mlp.gate.weight"] = torch.as_tensor(hub[router])
         used.add(router)
     for k, v in hub.items():
@@ -341,7 +342,8 @@ def gguf_forward(meta, tensors, ids):
     [per layer: sorted top-k expert ids per position])."""
     arch = meta["general.architecture"]
     k = lambda s: meta[f"{arch}.{s}"]
-    C, L, H, KV = k("embedding_length"), k("block_count"), k("attention.head_count"), k("attention.head_count_kv")
+    C, L = k("embedding_length"), k("block_count")
+    H, KV = k("attention.head_count"), k("attention.head_count_kv")
     D = meta.get(f"{arch}.attention.key_length", C // H)
     eps, theta = k("attention.layer_norm_rms_epsilon"), k("rope.freq_base")
     E, K = k("expert_count"), k("expert_used_count")
@@ -485,7 +487,8 @@ def make_one(name, models_root, out_root):
         want_ne = expected_ne(cfg, mixtral)
         got_ne = {n: ne for n, ne, _, _ in tensors}
         assert got_ne == want_ne, (sorted(set(got_ne) ^ set(want_ne)),
-                                   {n: (got_ne[n], want_ne[n]) for n in got_ne if n in want_ne and got_ne[n] != want_ne[n]})
+                                   {n: (got_ne[n], want_ne[n]) for n in got_ne
+                                    if n in want_ne and got_ne[n] != want_ne[n]})
         rebuilt = hub_from_gguf(tensors, cfg, arch)
         assert sorted(rebuilt) == sorted(held)
         for k in held:

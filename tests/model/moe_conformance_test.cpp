@@ -64,31 +64,53 @@ void run_split(const std::string& path, Split s, const std::vector<int64_t>& ids
   });
 }
 
-class MoeConformance : public ::testing::TestWithParam<const char*> {};
+struct MoeCase {
+  std::string name;   // test name
+  std::string dir;    // fixture directory (tokens, references)
+  std::string model;  // what load_model reads: the directory or a GGUF file in it
+  std::string logits, greedy;
+};
+
+// The HF fixtures, and their GGUF forms (tools/make_moe_gguf_fixtures.py: llama.cpp's names, the
+// experts stacked in 3-D tensors; f32, and Q8_0 experts and projections kept quantized, each
+// against transformers on the weights the file holds).
+std::vector<MoeCase> moe_cases() {
+  std::vector<MoeCase> out;
+  for (const char* n : {"mixtral_tiny", "qwen2_moe_tiny", "qwen3_moe_tiny", "qwen3_tiny"})
+    out.push_back({n, model_fixture(n), model_fixture(n), "logits.bin", "greedy.txt"});
+  for (const char* n : {"mixtral_tiny_gguf", "qwen3_moe_tiny_gguf"})
+    for (const char* q : {"f32", "q8_0"}) {
+      const std::string dir = model_fixture(n);
+      out.push_back({std::string(n) + "_" + q, dir, dir + "/model-" + q + ".gguf", std::string("logits-") + q + ".bin",
+                     std::string("greedy-") + q + ".txt"});
+    }
+  return out;
+}
+
+class MoeConformance : public ::testing::TestWithParam<MoeCase> {};
 
 TEST_P(MoeConformance, LogitsAndGreedyAtEveryTpAndEp) {
-  const std::string dir = model_fixture(GetParam());
-  const ModelConfig c = read_model_config(dir);
-  const auto ids = read_id_lines(dir + "/tokens.txt").at(0);
-  const auto ref = read_f32_file(dir + "/logits.bin");
-  const auto greedy = read_id_lines(dir + "/greedy.txt").at(0);
+  const MoeCase& mc = GetParam();
+  const ModelConfig c = read_model_config(mc.model);
+  const auto ids = read_id_lines(mc.dir + "/tokens.txt").at(0);
+  const auto ref = read_f32_file(mc.dir + "/" + mc.logits);
+  const auto greedy = read_id_lines(mc.dir + "/" + mc.greedy).at(0);
   for (const Split s : splits(c.moe.n_experts)) {
     if (c.moe.n_experts == 0 && s.ep > 1) continue;
-    SCOPED_TRACE(std::string(GetParam()) + " tp " + std::to_string(s.tp) + " ep " + std::to_string(s.ep));
+    SCOPED_TRACE(mc.name + " tp " + std::to_string(s.tp) + " ep " + std::to_string(s.ep));
     std::vector<float> got;
     std::vector<int64_t> gen;
-    run_split(dir, s, ids, int(greedy.size()), &got, &gen);
+    run_split(mc.model, s, ids, int(greedy.size()), &got, &gen);
     ASSERT_EQ(got.size(), ref.size());
     const double err = max_abs_diff(got, ref);
     EXPECT_LE(err, 1e-4);
-    std::printf("  %s tp %d ep %d: max abs logit error %.3g\n", GetParam(), s.tp, s.ep, err);
+    std::printf("  %s tp %d ep %d: max abs logit error %.3g\n", mc.name.c_str(), s.tp, s.ep, err);
     EXPECT_EQ(gen, greedy);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, MoeConformance,
-                         ::testing::Values("mixtral_tiny", "qwen2_moe_tiny", "qwen3_moe_tiny", "qwen3_tiny"),
-                         [](const auto& info) { return std::string(info.param); });
+INSTANTIATE_TEST_SUITE_P(Models, MoeConformance, ::testing::ValuesIn(moe_cases()),
+                         [](const auto& info) { return info.param.name; });
 
 // The config's expert layout: Qwen2-MoE's mlp_only_layers make layer 1 dense; every rank holds
 // partition_even of the experts (5 experts over 2 ranks: 3 + 2).
