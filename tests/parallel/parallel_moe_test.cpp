@@ -54,6 +54,16 @@ void load(ParallelMoe& m, const MoeWeights& w) {
 
 MoeShape shape_of(bool norm, bool shared) { return MoeShape{C, E, K, F, norm, shared ? FS : 0}; }
 
+// moe_forward_naive of x with w's weights (the shared expert's when ms has one).
+Tensor reference(const Tensor& x, const MoeShape& ms, const MoeWeights& w) {
+  const bool shared = ms.shared_ffn > 0;
+  Tensor ref;
+  moe_forward_naive(ref, x, ms, w.router, w.gate, w.up, w.down, shared ? &w.shared_gate : nullptr,
+                    shared ? &w.shared_up : nullptr, shared ? &w.shared_down : nullptr,
+                    shared ? &w.shared_gate_w : nullptr);
+  return ref;
+}
+
 // Global gradients of one run: d_x rows by token, each expert's full gate/up/down gradient, the
 // router's and the shared gate's summed over the EP ranks.
 struct MoeGrads {
@@ -94,10 +104,7 @@ TEST(ParallelMoe, ReplicatedTokensMatchReferenceAtEveryTpAndEp) {
   for (const bool norm : {false, true})
     for (const bool shared : {false, true}) {
       const MoeShape ms = shape_of(norm, shared);
-      Tensor ref;
-      moe_forward_naive(ref, x, ms, w.router, w.gate, w.up, w.down, shared ? &w.shared_gate : nullptr,
-                        shared ? &w.shared_up : nullptr, shared ? &w.shared_down : nullptr,
-                        shared ? &w.shared_gate_w : nullptr);
+      const Tensor ref = reference(x, ms, w);
       for (int tp = 1; tp <= 4; ++tp)
         for (int ep = 1; ep <= tp; ++ep) {
           if (tp % ep) continue;
@@ -131,10 +138,7 @@ TEST(ParallelMoe, DispatchedTokensMatchOneRank) {
     for (int64_t e = 0; e < E; ++e) aux[size_t(e)] = 0.01f * float(e + 1);
     for (const bool shared : {false, true}) {
       const MoeShape ms = shape_of(true, shared);
-      Tensor ref;
-      moe_forward_naive(ref, x, ms, w.router, w.gate, w.up, w.down, shared ? &w.shared_gate : nullptr,
-                        shared ? &w.shared_up : nullptr, shared ? &w.shared_down : nullptr,
-                        shared ? &w.shared_gate_w : nullptr);
+      const Tensor ref = reference(x, ms, w);
       MoeGrads one;
       for (const auto& [ep, etp] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}, std::pair{4, 1}}) {
         SCOPED_TRACE("N " + std::to_string(N) + " ep " + std::to_string(ep) + " etp " + std::to_string(etp) +
