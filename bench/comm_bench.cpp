@@ -162,7 +162,13 @@ class Sweep {
       case BenchOp::kAllGather: MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, w); break;
       case BenchOp::kReduceScatter: MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, w); break;
       case BenchOp::kBroadcast: MPI_Bcast(in, n, MPI_FLOAT, 0, w); break;
-      case BenchOp::kAllToAll: MPI_Alltoall(in, n, MPI_FLOAT, out, n, MPI_FLOAT, w); break;
+      case BenchOp::kAllToAll: {
+        // MPI_Alltoallv, the form whose counts may differ per peer, as MoE dispatch needs and
+        // as all_to_all takes them (here all equal).
+        MPI_Alltoallv(in, mpi_counts_.data(), mpi_displs_.data(), MPI_FLOAT, out, mpi_counts_.data(),
+                      mpi_displs_.data(), MPI_FLOAT, w);
+        break;
+      }
     }
 #else
     (void)in, (void)out, (void)count;
@@ -181,6 +187,9 @@ class Sweep {
   SizeResult measure(int64_t bytes) {
     const int64_t count = piece(bytes);
     counts_.assign(size_t(n_), count);
+    mpi_counts_.assign(size_t(n_), int(count));
+    mpi_displs_.resize(size_t(n_));
+    for (int r = 0; r < n_; ++r) mpi_displs_[size_t(r)] = r * int(count);
     // Warm-up, doubling until a batch takes >= 5 ms (or one op alone is slower): gives the
     // per-op estimate that sizes the timed batches.
     double per_op = batch(count, 1);
@@ -235,6 +244,7 @@ class Sweep {
   double bmem_ = 0;
   Buffers bufs_;
   std::vector<int64_t> counts_;
+  std::vector<int> mpi_counts_, mpi_displs_;  // the same counts for MPI_Alltoallv
 };
 
 // "4096", "64K", "16M", "1G" (binary multiples).

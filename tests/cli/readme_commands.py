@@ -548,18 +548,22 @@ class ReadmeCommands(unittest.TestCase):
         always = re.findall(r"`([a-z_]+)`", m.group(1))
         val, ckpt = re.findall(r"`([a-z_]+)`", m.group(2))
         self.assertEqual((val, ckpt), ("val_loss", "checkpoint"))
-        (r,) = [r for r in self.runs_of(r"tensorpar train .*--json")]
-        log = [json.loads(l) for l in (self.work / re.search(r"> (\S+)$", r.script).group(1)).read_text().splitlines()]
-        steps = int(re.search(r"--steps (\d+)", r.script).group(1))
-        every = int(re.search(r"--eval-every (\d+)", r.script).group(1))
-        save = int(re.search(r"--save-every (\d+)", r.script).group(1))
-        out = re.search(r"--out (\S+)", r.script).group(1)
-        self.assertEqual([o["step"] for o in log], list(range(1, steps + 1)))
-        for o in log:
-            for key in always:
-                self.assertIn(key, o)
-            self.assertEqual(val in o, o["step"] % every == 0, o)
-            self.assertEqual(o.get(ckpt), f"{out}/step-{o['step']}" if o["step"] % save == 0 else None, o)
+        runs = self.runs_of(r"tensorpar train .*--json")
+        self.assertTrue(runs)
+        for r in runs:
+            log = [json.loads(l) for l in (self.work / re.search(r"> (\S+)$", r.script).group(1)).read_text().splitlines()]
+            steps = int(re.search(r"--steps (\d+)", r.script).group(1))
+            every = int(re.search(r"--eval-every (\d+)", r.script).group(1))
+            save = int(re.search(r"--save-every (\d+)", r.script).group(1))
+            out = re.search(r"--out (\S+)", r.script).group(1)
+            self.assertEqual([o["step"] for o in log], list(range(1, steps + 1)))
+            for o in log:
+                for key in always:
+                    self.assertIn(key, o)
+                self.assertEqual(val in o, o["step"] % every == 0, o)
+                self.assertEqual(o.get(ckpt), f"{out}/step-{o['step']}" if o["step"] % save == 0 else None, o)
+                # "`--json` adds `expert_load`" for a mixture of experts
+                self.assertEqual("expert_load" in o, "--experts" in r.script, o)
 
     # -- files the README says are produced
 
@@ -572,12 +576,13 @@ class ReadmeCommands(unittest.TestCase):
             out = re.search(r"--out (\S+)", r.script) or re.search(r"--resume (\S+)", r.script)
             root = self.work / out.group(1)
             tp, pp = int(flag_value(r.script, "--tp", 1)), int(flag_value(r.script, "--pp", 1))
+            ep = int(flag_value(r.script, "--ep", 1))
             with self.subTest(command=str(r.cmd)):
                 self.assertTrue(r.new_dirs, f"{r.cmd} saved no checkpoint into {root}")
                 self.assertFalse(list(root.glob(".tmp-step-*")), "a .tmp-step-N directory was left behind")
                 for step in r.new_dirs:
                     d = root / step
-                    n = tp * pp  # "one file per (pp, tp) rank"
+                    n = tp * pp * ep  # "one file per (pp, tp) rank", and per EP rank
                     want = {f"rank-{i:05d}-of-{n:05d}.safetensors" for i in range(n)} | {"index.json"}
                     self.assertEqual({p.name for p in d.iterdir()}, want)
                     index = json.loads((d / "index.json").read_text())
