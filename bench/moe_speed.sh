@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A mixture-of-experts model against dense models, decode and prefill through `tensorpar generate`:
-# a Mixtral (8 layers, hidden 512, 8 heads / 2 kv heads, 8 experts of ffn 1024, top 2: 101M
-# parameters, 26M active per token) beside a dense Llama of the same active parameters (ffn 2048)
+# a Mixtral (8 layers, hidden 512, 8 heads / 2 kv heads, 8 experts of ffn 1024, top 2: 107M
+# parameters, 31M active per token) beside a dense Llama of the same active parameters (ffn 2048)
 # and one of the same total parameters (ffn 8192), random weights (one training step from a fixed
-# seed, exported as HF directories under runs/moe-bench/), f32. Runs tp 1 x 2 threads, tp 2 x 1
+# seed, 512 positions, exported as HF directories under runs/moe-bench/), f32. Runs tp 1 x 2 threads, tp 2 x 1
 # thread, and the MoE at tp 2 x ep 2 (experts split by owner instead of by ffn slice), pinned to
 # cores 0,1, ROUNDS interleaved rounds; one JSON line per run (generate --json: decode_tok_s,
-# prefill_tok_s, weights_kv_mb_per_rank). Decode: 64 tokens after a short prompt; prefill: 400
-# tokens of the GPL-3 text, 2 generated.
+# prefill_tok_s, weights_kv_mb_per_rank). Decode: 64 tokens after a short prompt; prefill: 375
+# tokens (the first 800 characters of the GPL-3 text), 2 generated.
 # Usage: bench/moe_speed.sh [ROUNDS] > out.jsonl
 set -euo pipefail
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,7 +19,7 @@ W=runs/moe-bench
 mkdir -p "$W"
 make_model() {  # name, extra train flags
   [ -d "$W/$1-hf" ] && return
-  $B train --arch llama --layers 8 --hidden 512 --heads 8 --kv-heads 2 --seq 64 --vocab-from $T \
+  $B train --arch llama --layers 8 --hidden 512 --heads 8 --kv-heads 2 --seq 512 --vocab-from $T \
     --data /usr/share/games/fortunes --max-data-tokens 20000 --batch 1 --steps 1 --init-seed 7 \
     --out "$W/$1" "${@:2}" >/dev/null 2>&1
   $B export --checkpoint "$W/$1" --out "$W/$1-hf" >/dev/null 2>&1
@@ -27,7 +27,7 @@ make_model() {  # name, extra train flags
 make_model moe --ffn 1024 --experts 8 --experts-per-token 2
 make_model dense-active --ffn 2048
 make_model dense-total --ffn 8192
-P="$(head -c 1800 /usr/share/common-licenses/GPL-3 | tr '\n' ' ')"
+P="$(head -c 800 /usr/share/common-licenses/GPL-3 | tr '\n' ' ')"
 D="The history of the printing press begins"
 emit() { echo "{\"round\": $1, \"model\": \"$2\", \"split\": \"$3\", \"kind\": \"$4\", \"load\": $(cut -d' ' -f1 /proc/loadavg), \"result\": $5}"; }
 for r in $(seq "$ROUNDS"); do
