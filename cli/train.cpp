@@ -103,6 +103,7 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
     if (l.val_loss) j["val_loss"] = *l.val_loss;
     if (!l.expert_load.empty()) j["expert_load"] = l.expert_load;
     if (!saved.empty()) j["checkpoint"] = saved;
+    if (!l.removed_checkpoints.empty()) j["removed_checkpoints"] = l.removed_checkpoints;
     std::printf("%s\n", j.dump().c_str());
   } else {
     char val[32] = "";
@@ -115,6 +116,9 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
                 l.ms, moe);
     std::fflush(stdout);  // the step's line first, then the note about its checkpoint
     if (!saved.empty()) std::fprintf(stderr, "[train] saved checkpoint %s\n", saved.c_str());
+    for (const std::string& gone : l.removed_checkpoints)
+      std::fprintf(stderr, "[train] removed checkpoint %s (retention: --keep-last/--keep-every)\n",
+                   gone.c_str());
   }
   std::fflush(stdout);
 }
@@ -182,6 +186,7 @@ void run_train(TrainCliOptions& o) {
   std::string resume_note;
   const int64_t start_step = settle_run(o, resume_state, resume_note);
   RunSettings& run = o.run;
+  check_retention(run.train.retention);
   std::string tok_path = !o.vocab_from.empty() ? o.vocab_from : o.model;
   if (tok_path.empty() && resume_state.contains("tokenizer"))
     tok_path = resume_state["tokenizer"].get<std::string>();
@@ -388,6 +393,13 @@ void add_train_command(CLI::App& app) {
       "--out", t.out_dir,
       "Checkpoint root directory (step-N/ + latest; with --resume: the resumed run's root)");
   cmd->add_option("--save-every", t.save_every, "Steps between checkpoints (0 = only at the end)");
+  cmd->add_option("--keep-last", t.retention.keep_last,
+                  "Keep only the newest N checkpoints of --out, removing older ones after each "
+                  "save is complete (0 = keep all; the one `latest` names is never removed)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--keep-every", t.retention.keep_every,
+                  "With --keep-last: also keep every checkpoint whose step is a multiple of K")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
   cmd->add_option(
       "--resume", o->resume,
       "Continue the run of this checkpoint (a step-N dir or a root with latest) at any --tp, with "

@@ -38,7 +38,13 @@ function(tp_add_test_part name dir)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE ${ARGN} GTest::gtest_main tensorpar_warnings)
   target_compile_definitions(${name} PRIVATE TP_FIXTURES_DIR="${PROJECT_SOURCE_DIR}/tests/fixtures")
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+  # The binaries in TP_TSAN_TESTS (tests/CMakeLists.txt) are labelled "tsan": the subset the tsan
+  # preset runs. (One label: gtest_discover_tests passes properties through a space-joined list.)
+  if(${name} IN_LIST TP_TSAN_TESTS)
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300 LABELS tsan)
+  else()
+    gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 300)
+  endif()
 endfunction()
 
 # Writes the part graph for the part_boundaries test (call after every tp_add_part).

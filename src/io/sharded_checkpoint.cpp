@@ -15,8 +15,10 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "io/xxh64.h"
 
 namespace tensorpar {
 namespace fs = std::filesystem;
@@ -79,10 +81,17 @@ void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann:
   index["format"] = kFormat;
   index["n_files"] = n_files;
   index["files"] = nlohmann::json::array();
+  index["file_bytes"] = nlohmann::json::array();
+  index["file_xxh64"] = nlohmann::json::array();
   nlohmann::json tensors = nlohmann::json::object();
   for (int r = 0; r < n_files; ++r) {
     const std::string file = checkpoint_shard_file(r, n_files);
     index["files"].push_back(file);
+    {  // what resume checks each file against (ShardedCheckpointReader)
+      const std::shared_ptr<MappedFile> bytes = MappedFile::open(dir + "/" + file);
+      index["file_bytes"].push_back(bytes->size());
+      index["file_xxh64"].push_back(xxh64_hex(xxh64(bytes->bytes())));
+    }
     std::shared_ptr<SafetensorsFile> f = SafetensorsFile::open(dir + "/" + file);
     for (const auto& [key, value] : f->metadata()) {
       if (key.rfind(kShardKey, 0) != 0) continue;
@@ -170,10 +179,32 @@ ShardedCheckpointReader::~ShardedCheckpointReader() = default;
 SafetensorsFile& ShardedCheckpointReader::file(int64_t i) const {
   TP_CHECK(i >= 0 && i < int64_t(files_.size()), "[ShardedCheckpointReader] file index ", i, " of ",
            files_.size(), " in ", dir_);
-  if (!files_[size_t(i)])
-    files_[size_t(i)] =
-        SafetensorsFile::open(dir_ + "/" + index_["files"][size_t(i)].get<std::string>());
+  if (!files_[size_t(i)]) {
+    const std::string name = index_["files"][size_t(i)].get<std::string>();
+    const std::string path = dir_ + "/" + name;
+    TP_CHECK(fs::exists(path), "[ShardedCheckpointReader] checkpoint ", dir_, " is missing its shard file ",
+             name, " (listed in its index.json): it cannot be loaded; resume from an earlier step-N "
+             "directory of its root");
+    verify_file(i, path);
+    files_[size_t(i)] = SafetensorsFile::open(path);
+  }
   return *files_[size_t(i)];
+}
+
+void ShardedCheckpointReader::verify_file(int64_t i, const std::string& path) const {
+  // Checkpoints written before the index recorded sizes and digests are read unchecked.
+  if (!index_.contains("file_bytes") || !index_.contains("file_xxh64")) return;
+  const int64_t want_bytes = index_["file_bytes"].at(size_t(i)).get<int64_t>();
+  const std::string want_hash = index_["file_xxh64"].at(size_t(i)).get<std::string>();
+  const std::shared_ptr<MappedFile> f = MappedFile::open(path);
+  TP_CHECK(f->size() == want_bytes, "[ShardedCheckpointReader] shard ", path, " is ", f->size(),
+           " bytes but index.json recorded ", want_bytes,
+           " (truncated or overwritten): this checkpoint cannot be loaded; resume from an earlier "
+           "step-N directory of its root");
+  const std::string got = xxh64_hex(xxh64(f->bytes()));
+  TP_CHECK(got == want_hash, "[ShardedCheckpointReader] shard ", path,
+           " is corrupt: its xxh64 is ", got, " but index.json recorded ", want_hash,
+           ": this checkpoint cannot be loaded; resume from an earlier step-N directory of its root");
 }
 
 std::vector<std::string> ShardedCheckpointReader::names() const {

@@ -38,7 +38,7 @@ void write_checkpoint_shard(const std::string& path, const std::vector<ShardedTe
 
 // Rank 0, after every rank's file is written: reads their headers and writes index.json
 // ({"format", "n_files", "files", "tensors": {name: {"global_shape", "shard_dim", "pieces"}},
-// "state": state}) into dir, atomically.
+// "state": state, "file_bytes", "file_xxh64": each file's size and XXH64) into dir, atomically.
 void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann::json& state);
 
 // Publishes tmp_dir (whose files are already fsync'd) as root/<name>: fsyncs tmp_dir, renames it
@@ -64,12 +64,15 @@ class ShardedCheckpointReader {
   Shape global_shape(const std::string& name) const;
 
   // Elements [begin, end) along dim of the global tensor, as f32, assembled from every piece
-  // that overlaps. Throws Error naming the tensor when the pieces do not cover the request.
+  // that overlaps. Throws Error naming the tensor when the pieces do not cover the request, and
+  // naming the file when a shard it needs is missing or differs from the size and XXH64 the
+  // index recorded (each file is checked once, when first opened).
   Tensor read_slice(const std::string& name, int dim, int64_t begin, int64_t end) const;
   Tensor read_full(const std::string& name) const;
 
  private:
   SafetensorsFile& file(int64_t i) const;
+  void verify_file(int64_t i, const std::string& path) const;
   std::string dir_;
   nlohmann::json index_;
   mutable std::vector<std::shared_ptr<SafetensorsFile>> files_;

@@ -36,6 +36,7 @@ struct Output {
   std::optional<StopMatcher> matcher;
   Clock::time_point arrival, last_token;
   bool first_token = false;
+  std::vector<int32_t> unsent_tokens;  // the last token, when its chunk went with the final one
 };
 
 // Chunked prefill paced for the decode streams (Sarathi-Serve's idea): from measured step times
@@ -228,6 +229,7 @@ void Engine::Impl::finish(Engine& e, int64_t id, const std::string& reason, cons
       c.text = o.matcher->push(o.decoder->flush(), stopped);
       if (!stopped) c.text += o.matcher->finish();
     }
+    c.tokens = std::move(o.unsent_tokens);
     c.finished = true;
     c.finish_reason = reason;
     c.error = error;
@@ -264,7 +266,12 @@ void Engine::Impl::emit(Engine& e, Sequence& s, const RowSample& x) {
   bool stopped = false;
   if (!eos) c.text = o.matcher->push(o.decoder->push(x.token), stopped);
   const bool done = eos || stopped || s.generated() >= s.params.max_tokens || int64_t(s.tokens.size()) >= e.ctx_;
-  if (!c.text.empty() || !c.logprobs.empty() || !done) o.handle->push(std::move(c));
+  if (!c.text.empty() || !c.logprobs.empty() || !done) {
+    o.handle->push(std::move(c));
+  } else {
+    // Its text is held back (a partial UTF-8 character) or empty: the final chunk carries it.
+    o.unsent_tokens = std::move(c.tokens);
+  }
   if (eos || stopped) {
     if (stopped) o.matcher.reset();  // nothing after a stop string is released
     finish(e, s.id, "stop");

@@ -2,9 +2,11 @@
 #include "train/checkpoint.h"
 
 #include <filesystem>
+#include <functional>
 
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
+#include "train/checkpoint_retention.h"
 
 namespace tensorpar {
 namespace fs = std::filesystem;
@@ -37,30 +39,16 @@ void read_into(const ShardedCheckpointReader& r, const std::string& name, const 
   dst.copy_from(t);
 }
 
-}  // namespace
-
-void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
-                     AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault,
-                     Communicator* pp, Communicator* ep) {
+// Every rank writes its shard into tmp; the lead writes the index and publishes tmp as root/name.
+void write_and_publish(const std::string& root, int64_t step, const std::string& tmp,
+                       const std::vector<ParamShard>& params, AdamW& opt, Communicator& tp,
+                       nlohmann::json state, const SaveFault& fault, Communicator* pp, Communicator* ep,
+                       const std::function<void()>& barrier, bool& published) {
   const std::string name = "step-" + std::to_string(step);
-  const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
   const int n_stages = pp ? pp->size() : 1, stage = pp ? pp->rank() : 0;
   const int n_ep = ep ? ep->size() : 1, ep_rank = ep ? ep->rank() : 0;
   const int file = tp.rank() + tp.size() * (stage + n_stages * ep_rank), n_files = tp.size() * n_stages * n_ep;
   const bool lead = file == 0;
-  // Every rank of tp x pp (x ep): within each group, then over the next dimension, then back.
-  auto barrier = [&] {
-    tp.barrier();
-    if (pp) pp->barrier(), tp.barrier();
-    if (ep) ep->barrier(), tp.barrier();
-  };
-  if (lead) {
-    fs::create_directories(root);
-    std::error_code ec;
-    fs::remove_all(tmp, ec);  // the leftovers of a crashed save of the same step
-    fs::create_directories(tmp);
-  }
-  barrier();
   std::vector<ShardedTensor> pieces;
   for (const ParamShard& p : params) {
     if ((p.shard_dim < 0 && tp.rank() != 0) || (!p.expert && ep_rank != 0)) continue;
@@ -82,8 +70,51 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
     write_checkpoint_index(tmp, n_files, state);
     TP_CHECK(fault.fail_at != 2, "[save_checkpoint] injected fault after the index of ", name);
     publish_checkpoint_dir(tmp, root, name);
+    published = true;
   }
   barrier();
+}
+
+}  // namespace
+
+void save_checkpoint(const std::string& root, int64_t step, const std::vector<ParamShard>& params,
+                     AdamW& opt, Communicator& tp, nlohmann::json state, const SaveFault& fault,
+                     Communicator* pp, Communicator* ep) {
+  const std::string name = "step-" + std::to_string(step);
+  const std::string tmp = (fs::path(root) / (".tmp-" + name)).string();
+  const bool lead = tp.rank() == 0 && (!pp || pp->rank() == 0) && (!ep || ep->rank() == 0);
+  bool published = false;
+  // Every rank of tp x pp (x ep): within each group, then over the next dimension, then back.
+  auto barrier = [&] {
+    tp.barrier();
+    if (pp) pp->barrier(), tp.barrier();
+    if (ep) ep->barrier(), tp.barrier();
+  };
+  try {
+    if (lead) {
+      fs::create_directories(root);
+      std::error_code ec;
+      fs::remove_all(tmp, ec);  // the leftovers of a crashed save of the same step
+      fs::create_directories(tmp);
+    }
+    barrier();
+    write_and_publish(root, step, tmp, params, opt, tp, std::move(state), fault, pp, ep, barrier, published);
+  } catch (const std::exception& e) {
+    if (published)
+      throw Error(detail::concat("[save_checkpoint] ", name, " was published into ", root,
+                                 " (latest names it), but a rank failed after: ", e.what()));
+    // Nothing was published: `latest` and every earlier checkpoint are as they were. The partial
+    // directory goes (a rank still writing into it only loses that write).
+    if (lead) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+    }
+    const int64_t latest = latest_step_name(root);
+    const std::string kept =
+        latest >= 0 ? "latest still names step-" + std::to_string(latest) : "no earlier checkpoint";
+    throw Error(detail::concat("[save_checkpoint] saving ", name, " into ", root,
+                               " failed and nothing was published (", kept, "): ", e.what()));
+  }
 }
 
 nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,

@@ -37,6 +37,7 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
            ", expected in [1, max_position = ", model.config().max_position, "]");
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
            corpus.train.size(), " tokens, too few for seq ", o_.seq);
+  check_retention(o_.retention);
   model_.set_train_compute(o_.compute);
   if (pipeline_) pipeline_->sync_tied_weights();
 }
@@ -155,11 +156,11 @@ float Trainer::evaluate() {
   return float(sum / double(std::max<int64_t>(1, o_.eval_batches)));
 }
 
-void Trainer::save(const SaveFault& fault) {
+std::vector<std::string> Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
   // Every DP replica holds the same parameters and moments, except that with expert parallelism
   // the first EP group's ranks hold different experts: they all write.
-  if (dp_rank_ >= (ep_ ? ep_->size() : 1)) return;
+  if (dp_rank_ >= (ep_ ? ep_->size() : 1)) return {};
   nlohmann::json state = o_.extra_state.is_null() ? nlohmann::json::object() : o_.extra_state;
   store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;
@@ -167,6 +168,10 @@ void Trainer::save(const SaveFault& fault) {
   // A tied head's copy on the last stage is not saved: the first stage's embedding is the tensor.
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault,
                   pipeline_ ? &pipeline_->pp() : nullptr, ep_);
+  // save_checkpoint returned on every rank: the new checkpoint is whole and `latest` names it,
+  // so older ones may go. One rank removes them (the one that published).
+  const bool lead = model_.tp().rank() == 0 && (!pipeline_ || pipeline_->pp().rank() == 0) && dp_rank_ == 0;
+  return lead ? prune_checkpoints(o_.out_dir, o_.retention) : std::vector<std::string>{};
 }
 
 void Trainer::run(const std::function<void(const StepLog&)>& on_step) {
@@ -176,7 +181,7 @@ void Trainer::run(const std::function<void(const StepLog&)>& on_step) {
       log.val_loss = evaluate();
     if (!o_.out_dir.empty() &&
         ((o_.save_every > 0 && step_ % o_.save_every == 0) || step_ == o_.steps))
-      save();
+      log.removed_checkpoints = save();
     if (on_step) on_step(log);
   }
 }

@@ -14,9 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "model/causal_lm.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_retention.h"
 #include "train/data.h"
 #include "train/optimizer.h"
 #include "train/pipeline.h"
@@ -38,6 +40,7 @@ struct TrainOptions {
   int64_t eval_batches = 4;                           // validation batches of micro_batch sequences
   int64_t save_every = 0;      // steps between checkpoints (0: only at the end when out_dir set)
   std::string out_dir;         // checkpoint root ("" = no checkpoints)
+  RetentionPolicy retention;   // older checkpoints removed after each save (default: none)
   nlohmann::json extra_state;  // stored in every checkpoint's state (e.g. the tokenizer path)
   TrainCompute compute;        // bf16 matmuls, activation recomputation (see causal_lm.h)
 };
@@ -53,6 +56,9 @@ struct StepLog {
   // MoE models: per MoE layer, the top-k slots routed to each expert over the step's micro-batches
   // (this rank's tokens; empty for a dense model).
   std::vector<std::vector<double>> expert_load;
+  // Checkpoint directories this step's save made retention remove (world rank 0 only: the rank
+  // that removes them).
+  std::vector<std::string> removed_checkpoints;
 };
 
 class Trainer {
@@ -74,7 +80,9 @@ class Trainer {
   StepLog train_step();
   // Mean loss over the fixed validation batches.
   float evaluate();
-  void save(const SaveFault& fault = {});
+  // Saves a checkpoint of this step, then applies the retention policy; returns the directories
+  // it removed (on the rank that removes them; empty elsewhere).
+  std::vector<std::string> save(const SaveFault& fault = {});
   int64_t step() const { return step_; }
   AdamW& optimizer() { return opt_; }
 

@@ -9,7 +9,7 @@ CLI must say what it does (defaults in --help, warnings for flags that cannot ac
 Environment (set by tests/cli/CMakeLists.txt): TENSORPAR_BIN, TP_FIXTURES_DIR, TP_MPIEXEC
 (optional), TENSORPAR_COMM_TIMEOUT (every wait inside the binary ends by then; the timeouts here
 are derived from it, with a wide margin for a loaded machine).
-Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Pipeline|Docs|ReadmeCommands]
+Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Pipeline|Faults|Docs|ReadmeCommands]
 (ReadmeCommands, in tests/cli/readme_commands.py: README.md's commands run on tiny fixtures and what
 the README says about them checked.)
 """
@@ -302,6 +302,33 @@ class Resume(Workdir):
         self.assertEqual(checkpoint_state(branch)[0], "step-3")
         self.assertEqual(checkpoint_state(d)[0], "step-2")
 
+    def test_keep_last_and_keep_every_remove_old_checkpoints_after_each_save(self):
+        d = self.tmp / "run_retention"
+        shutil.rmtree(d, ignore_errors=True)
+        r = run(["train", *TINY, "--batch", "2", "--steps", "7", "--save-every", "1", "--keep-last", "2",
+                 "--keep-every", "3", "--out", d, "--json"])
+        self.assert_ok(r)
+        log = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual([l["checkpoint"] for l in log], [str(d / f"step-{s}") for s in range(1, 8)])
+        # At step k the checkpoint of step k-2 leaves the newest two, and goes unless a multiple of 3.
+        self.assertEqual([l.get("removed_checkpoints", []) for l in log],
+                         [[], [], [str(d / "step-1")], [str(d / "step-2")], [], [str(d / "step-4")],
+                          [str(d / "step-5")]])
+        self.assertEqual(sorted(p.name for p in d.iterdir()), ["latest", "step-3", "step-6", "step-7"])
+        step, state = checkpoint_state(d)
+        self.assertEqual((step, state["run"]["keep-last"], state["run"]["keep-every"]), ("step-7", 2, 3))
+        # The resumed run keeps the policy it stored and continues from latest.
+        r = run(["train", "--resume", d, "--steps", "9", "--threads-per-rank", "1"])
+        self.assert_ok(r)
+        self.assertIn(f"resuming {d / 'step-7'} at step 7", r.stderr)
+        self.assertIn(f"removed checkpoint {d / 'step-7'}", r.stderr)
+        self.assertEqual(sorted(p.name for p in d.iterdir()), ["latest", "step-3", "step-6", "step-8", "step-9"])
+        self.assertEqual(checkpoint_state(d)[0], "step-9")
+
+    def test_keep_every_without_keep_last_is_refused(self):
+        self.assert_fails(run(["train", *TINY, "--steps", "1", "--keep-every", "5", "--out", self.tmp / "ke"]),
+                          "--keep-every 5", "--keep-last N")
+
     def test_model_shape_flags_conflict_with_resume(self):
         self.assert_fails(run(["train", "--resume", self.fresh("run_shape"), "--hidden", "64", "--steps", "3"]),
                           "--hidden", "drop --hidden")
@@ -432,6 +459,179 @@ class Pipeline(CliCase):
             self.assert_fails(r, "--pp-layers 1,1", "sums to 2", "3 layers", only_line=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def processes_with(marker):
+    """PIDs of live processes whose environment holds `marker` (a run's unique variable)."""
+    found = []
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in env.read_bytes():
+                found.append(int(env.parent.name))
+        except OSError:
+            pass  # gone, or not ours to read
+    return found
+
+
+class Faults(CliCase):
+    """TENSORPAR_FAULT (one rank killed, stalled or throwing at its 38th all-reduce of a training
+    run), a full disk during a save, and a corrupt or missing shard at resume. Every failure must
+    end the run (no hang: subprocess timeouts derived from TENSORPAR_COMM_TIMEOUT catch one), with
+    each surviving rank's error naming the failed rank and the operation, and leave no process
+    behind. docs/reliability.md tabulates these cases."""
+
+    FAULT = "rank:1,op:all_reduce,after:37,action:{}"
+    ARGS = [*TINY, "--batch", "2"]
+    # Four heads, so that the whole MPI world (up to 4 ranks) is one TP group.
+    MPI_ARGS = [*ARGS[:ARGS.index("--heads")], "--heads", "4", *ARGS[ARGS.index("--heads") + 2:]]
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = Path(tempfile.mkdtemp(prefix="tensorpar-faults-"))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def faulty_run(self, action, args, prefix=()):
+        marker = f"TP_FAULT_RUN={os.getpid()}-{action}-{len(args)}-{len(prefix)}"
+        name, value = marker.split("=")
+        r = run(args, prefix=prefix, env_extra={"TENSORPAR_FAULT": self.FAULT.format(action), name: value})
+        self.assertEqual(processes_with(marker), [], f"processes left behind:\n{r.stderr}")
+        return r
+
+    def mpirun(self, n, *flags):
+        if not MPIEXEC or not Path(MPIEXEC).exists():
+            self.skipTest("no mpiexec")
+        return [MPIEXEC, "--oversubscribe", "--allow-run-as-root", *flags, "-np", str(n)]
+
+    def assert_survivor_errors(self, r, ranks, n, how, said):
+        """Each survivor rank printed an error for its all_reduce: `how` (aborted | timed out after
+        T s), then `said` (a regex)."""
+        for rank in ranks:
+            pattern = (rf"error: (rank {rank}: )?\[mpi all_reduce\] {how} \(group mpi:world\S*, rank {rank} of {n}, "
+                       rf"op #\d+ all_reduce\): {said}")
+            self.assertRegex(r.stderr, pattern, f"survivor rank {rank}:\n{r.stderr}")
+
+    # -- threads backend (--tp 3 / 2): one process, the ranks are threads
+
+    def test_threads_kill(self):
+        r = self.faulty_run("kill", ["train", *self.ARGS, "--steps", "6", "--tp", "2"])
+        line = self.assert_fails(r, "rank 1", "killed at its all_reduce call #38", only_line=False)
+        self.assertIn("TENSORPAR_FAULT=", line)
+
+    def test_threads_stall(self):
+        r = self.faulty_run("stall", ["train", *self.ARGS, "--steps", "6", "--tp", "2"])
+        self.assert_fails(r, f"timed out after {COMM_TIMEOUT:g} s waiting for rank 1 in all_reduce", only_line=False)
+
+    def test_threads_throw(self):
+        r = self.faulty_run("throw", ["train", *self.ARGS, "--steps", "6", "--tp", "2"])
+        self.assert_fails(r, "rank 1", "threw at its all_reduce call #38", only_line=False)
+
+    def test_bad_spec_is_one_clear_error(self):
+        r = run(["train", *self.ARGS, "--steps", "6", "--tp", "2"], env_extra={"TENSORPAR_FAULT": "rank:1,op:all_reduce,action:kill"})
+        self.assert_fails(r, "[TENSORPAR_FAULT]", "must all be given", "rank:R,op:OP,after:N,action:kill|stall|throw")
+
+    # -- checkpoints: a full disk while saving, a damaged shard at resume
+
+    def test_full_disk_during_a_save_loses_nothing(self):
+        """A real full disk: a tmpfs sized for one and a half checkpoints, mounted in a private
+        mount namespace (`unshare -Urm`, no root needed where user namespaces are enabled). With
+        --keep-last 1 the save of step 2 runs out of space while step 1 is still there."""
+        if not shutil.which("unshare") or subprocess.run(["unshare", "-Urm", "true"]).returncode != 0:
+            self.skipTest("unshare -Urm (a private mount namespace) is not available here")
+        probe = self.tmp / "probe"
+        self.assert_ok(run(["train", *self.ARGS, "--steps", "1", "--out", probe]))
+        one = sum(f.stat().st_size for f in (probe / "step-1").iterdir())
+        mnt, out = self.tmp / "mnt", self.tmp / "disk_out"
+        mnt.mkdir()
+        out.mkdir()
+        script = f"""
+            mount -t tmpfs -o size={one * 3 // 2 // 1024}k tmpfs {mnt} || exit 90
+            {BIN} train {' '.join(map(str, self.ARGS))} --steps 3 --save-every 1 --keep-last 1 \
+                --out {mnt}/run --json > {out}/train.out 2> {out}/train.err
+            echo $? > {out}/rc
+            ls -A {mnt}/run > {out}/ls
+            {BIN} export --checkpoint {mnt}/run --out {out}/hf > /dev/null 2> {out}/export.err
+            echo $? > {out}/export_rc
+        """
+        r = subprocess.run(["unshare", "-Urm", "bash", "-c", script], capture_output=True, text=True,
+                           env=BASE_ENV, timeout=RUN_TIMEOUT)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        err = (out / "train.err").read_text()
+        self.assertEqual((out / "rc").read_text().strip(), "1", err)
+        (line,) = [l for l in lines(err) if l.startswith("error: ")]
+        for said in ("[save_checkpoint] saving step-2", "latest still names step-1", "No space left on device",
+                     ".tmp-step-2/rank-00000-of-00001.safetensors"):
+            self.assertIn(said, line)
+        self.assertEqual([json.loads(l).get("checkpoint") for l in lines((out / "train.out").read_text())],
+                         [f"{mnt}/run/step-1"])
+        # step-1 whole and named by latest; no partial step-2 left to be taken for a checkpoint.
+        self.assertEqual((out / "ls").read_text().split(), ["latest", "step-1"])
+        self.assertEqual((out / "export_rc").read_text().strip(), "0", (out / "export.err").read_text())
+
+    def saved_run(self, name):
+        d = self.tmp / name
+        self.assert_ok(run(["train", *self.ARGS, "--steps", "2", "--save-every", "1", "--tp", "2", "--out", d]))
+        return d
+
+    def assert_resume_refused(self, d, *said):
+        before = sorted(p.name for p in d.iterdir())
+        r = run(["train", "--resume", d, "--steps", "3", "--tp", "2"])
+        self.assert_fails(r, *said, "resume from an earlier step-N directory", only_line=False)
+        self.assertEqual(sorted(p.name for p in d.iterdir()), before, "a refused resume changed the run")
+        self.assertEqual(checkpoint_state(d)[0], "step-2")
+        # The earlier checkpoint still resumes (into a new root: latest of d is newer).
+        self.assert_ok(run(["train", "--resume", d / "step-1", "--steps", "2", "--out", self.tmp / (d.name + "_b")]))
+
+    def test_corrupt_shard_is_refused_at_resume(self):
+        d = self.saved_run("corrupt")
+        shard = d / "step-2" / "rank-00001-of-00002.safetensors"
+        data = bytearray(shard.read_bytes())
+        data[-3] ^= 0x40  # one bit of the last tensor's data: the file still parses
+        shard.write_bytes(bytes(data))
+        self.assert_resume_refused(d, str(shard), "is corrupt", "xxh64")
+
+    def test_truncated_shard_is_refused_at_resume(self):
+        d = self.saved_run("truncated")
+        shard = d / "step-2" / "rank-00000-of-00002.safetensors"
+        shard.write_bytes(shard.read_bytes()[:1000])
+        self.assert_resume_refused(d, str(shard), "is 1000 bytes but index.json recorded")
+
+    def test_missing_shard_is_refused_at_resume(self):
+        d = self.saved_run("missing")
+        (d / "step-2" / "rank-00001-of-00002.safetensors").unlink()
+        self.assert_resume_refused(d, "is missing its shard file rank-00001-of-00002.safetensors")
+
+    # -- mpi backend: one process per rank
+
+    def test_mpi_kill_np2(self):
+        # Plain mpirun ends the job as soon as a process dies: mpirun names the rank and the signal,
+        # and terminates the survivor, which gets no chance to speak.
+        r = self.faulty_run("kill", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"], prefix=self.mpirun(2))
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertIn("rank 1 killed at its all_reduce call #38 on mpi:world", r.stderr)
+        self.assertRegex(r.stderr, r"rank 1 with PID \d+ on node \S+ exited on signal 9")
+
+    def test_mpi_kill_np3_survivors_report(self):
+        # Under --enable-recovery the survivors live on: their all_reduce times out and the failure
+        # channel's probe names the rank that does not answer.
+        r = self.faulty_run("kill", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"],
+                            prefix=self.mpirun(3, "--enable-recovery"))
+        self.assertIn("rank 1 killed at its all_reduce call #38 on mpi:world", r.stderr)
+        self.assert_survivor_errors(r, (0, 2), 3, rf"timed out after {COMM_TIMEOUT:g} s", r"no answer from world rank 1 ")
+
+    def test_mpi_stall_np3(self):
+        r = self.faulty_run("stall", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"], prefix=self.mpirun(3))
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assert_survivor_errors(r, (0, 2), 3, rf"timed out after {COMM_TIMEOUT:g} s", r"no answer from world rank 1 ")
+
+    def test_mpi_throw_np4(self):
+        r = self.faulty_run("throw", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"], prefix=self.mpirun(4))
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"error: rank 1: \[fault\] TENSORPAR_FAULT=\S+: rank 1 threw at its all_reduce call #38")
+        self.assert_survivor_errors(r, (0, 2, 3), 4, "aborted",
+                                    r"world rank 1 failed: \[fault\] .*rank 1 threw at its all_reduce call #38")
 
 
 class Docs(Workdir):

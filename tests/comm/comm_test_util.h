@@ -96,7 +96,7 @@ inline void run_threads(int n, const std::function<void(Communicator&)>& fn,
 }
 
 // Smaller problems under the sanitizers (they slow memory-bound code ~10x).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 inline constexpr int64_t kBigCount = 1 << 17;
 #else
 inline constexpr int64_t kBigCount = 1 << 20;

@@ -6,6 +6,7 @@
 // requests are refused with the right status, and stop() ends run() on every rank.
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <filesystem>
 #include <optional>
 #include <thread>
@@ -19,13 +20,16 @@
 namespace tensorpar {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
 #endif
 
 std::string model_path() { return std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+// A 2-layer llama (6/2 heads, 128 positions, byte-level tokenizer inside): fast enough for the
+// ThreadSanitizer run.
+std::string tiny_model_path() { return std::string(TP_FIXTURES_DIR) + "/models/llama_gqa_gguf/model-q4_1.gguf"; }
 
 
 // Runs fn on a thread that is always joined (also when run() throws on this rank).
@@ -183,6 +187,65 @@ TEST(Engine, StopStringsCancellationAndBadRequests) {
       });
     e.run();
   });
+}
+
+// The request queue from several client threads at once (what the HTTP threads do), on the tiny
+// fixture at tp 2: three threads submit four requests each and collect them while the engine
+// steps; one more request is cancelled mid-run. Each finished request has exactly the tokens of
+// its solo generation, the cancelled one ends with "abort", and stop() ends run() on every rank.
+// Run under ThreadSanitizer too (the tsan preset).
+TEST(Engine, ClientThreadsShareTheQueue) {
+  const Tokenizer tok = load_tokenizer(tiny_model_path());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 12; ++i) prompts.push_back(tok.encode("Request " + std::to_string(i) + std::string(size_t(i % 4), '!')));
+  constexpr int64_t kNew = 6;
+  std::vector<Collected> got(prompts.size());
+  std::vector<std::vector<int32_t>> want(prompts.size());
+  std::string cancelled_reason;
+  testing::run_model_ranks(2, [&](Communicator& world) {
+    auto m = load_model(tiny_model_path(), world);
+    const bool leader = world.rank() == 0;
+    GenerateOptions g;
+    g.max_tokens = kNew;
+    g.stop_on_eos = false;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto cache = m->make_cache(int64_t(prompts[i].size()) + kNew);
+      const GenerateResult r = generate(*m, *cache, prompts[i], g, leader ? &tok : nullptr, nullptr);
+      if (leader) want[i] = r.tokens;
+    }
+    EngineOptions o;
+    o.max_seqs = 4, o.max_batch_tokens = 32, o.block_size = 16, o.ctx = 128;
+    Engine e(*m, leader ? &tok : nullptr, o);
+    std::optional<Client> main_client;
+    if (leader)
+      main_client.emplace([&] {
+        {
+          std::deque<Client> clients;  // joined when it goes (a deque never moves them)
+          for (int c = 0; c < 3; ++c)
+            clients.emplace_back([&, c] {
+              GenerationParams p;
+              p.max_tokens = kNew;
+              p.ignore_eos = true;
+              std::vector<std::pair<size_t, std::shared_ptr<RequestHandle>>> hs;
+              for (size_t i = size_t(c); i < prompts.size(); i += 3) hs.emplace_back(i, e.submit(prompts[i], p));
+              for (auto& [i, h] : hs) got[i] = collect(*h);
+            });
+          GenerationParams p;
+          p.max_tokens = 100;
+          p.ignore_eos = true;
+          auto h = e.submit(prompts[0], p);
+          h->cancel();
+          cancelled_reason = collect(*h).reason;
+        }  // the clients are joined here
+        e.stop(0);
+      });
+    e.run();
+  });
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i]) << "request " << i;
+    EXPECT_EQ(got[i].reason, "length") << "request " << i;
+  }
+  EXPECT_EQ(cancelled_reason, "abort");
 }
 
 }  // namespace

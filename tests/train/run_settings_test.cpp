@@ -32,6 +32,7 @@ RunSettings a_run() {
   s.train.eval_every = 25;
   s.train.eval_batches = 3;
   s.train.save_every = 100;
+  s.train.retention = {3, 1000};
   s.train.adam.weight_decay = 0.01f;
   s.train.compute.matmul_dtype = DType::kBF16;
   s.train.compute.recompute_layers = 2;
@@ -40,7 +41,7 @@ RunSettings a_run() {
 
 TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   const nlohmann::json saved = run_settings_json(a_run());
-  EXPECT_EQ(saved.size(), 18u);  // a new setting must be added to the list below too
+  EXPECT_EQ(saved.size(), 20u);  // a new setting must be added to the list below too
   RunSettings resumed;           // all defaults, as a bare `--resume DIR` parses
   EXPECT_EQ(apply_saved_settings(saved, {}, resumed), "");
   EXPECT_EQ(resumed.data, "/data/fortunes");
@@ -58,6 +59,8 @@ TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   EXPECT_EQ(resumed.train.eval_every, 25);
   EXPECT_EQ(resumed.train.eval_batches, 3);
   EXPECT_EQ(resumed.train.save_every, 100);
+  EXPECT_EQ(resumed.train.retention.keep_last, 3);
+  EXPECT_EQ(resumed.train.retention.keep_every, 1000);
   EXPECT_EQ(resumed.train.adam.weight_decay, 0.01f);
   EXPECT_EQ(resumed.train.compute.matmul_dtype, DType::kBF16);
   EXPECT_EQ(resumed.train.compute.recompute_layers, 2);

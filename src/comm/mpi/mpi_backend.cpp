@@ -3,6 +3,7 @@
 
 #include "comm/mpi/mpi_check.h"
 #include "comm/mpi/mpi_communicator.h"
+#include "comm/mpi/mpi_failure_channel.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "core/error.h"
 
@@ -26,7 +27,15 @@ std::unique_ptr<Communicator> create_world(const CommOptions& options) {
     throw Error(msg);
   }
   mpi_check(rc, "mpi::create_world");
+  runtime.open_channel(options.timeout_s);
   return std::make_unique<MpiCommunicator>(world, "mpi:world", options);
+}
+
+void announce_failure(const std::string& why, double grace_s) {
+  MpiRuntime& runtime = MpiRuntime::get();
+  if (runtime.failed()) return;  // a communicator failure: the peers see it themselves
+  if (FailureChannel* channel = runtime.channel()) channel->announce(why);
+  runtime.fail_job(why, grace_s, /*say=*/false);
 }
 
 }  // namespace tensorpar::mpi

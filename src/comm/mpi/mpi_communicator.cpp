@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "comm/mpi/mpi_check.h"
+#include "comm/mpi/mpi_failure_channel.h"
 #include "comm/mpi/mpi_runtime.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -57,11 +58,16 @@ bool MpiCommunicator::poll(MPI_Request& req, MPI_Status* status, double timeout_
   const auto spin = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spin_s));
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
+  FailureChannel* channel = MpiRuntime::get().channel();
   for (int64_t it = 0;; ++it) {
     int done = 0;
     *rc = MPI_Test(&req, &done, status);
     if (*rc != MPI_SUCCESS || done) return true;
     if ((it & 31) != 31) continue;
+    if (channel) {  // answer peers' probes; give up at once when a peer announced its failure
+      channel->service();
+      if (channel->peer_failure_rank() >= 0) return false;
+    }
     const auto now = Clock::now();
     if (now > deadline) return false;
     const auto waited = now - start;
@@ -114,12 +120,31 @@ void MpiCommunicator::check(int rc, const char* op) {
   }
 }
 
+std::string MpiCommunicator::blame() const {
+  FailureChannel* channel = MpiRuntime::get().channel();
+  if (!channel) return "a peer rank died, stalled, or called a different collective";
+  // Ranks waiting in any collective answer within moments; the window only bounds the wait for
+  // the ones that cannot.
+  const std::vector<int> silent = channel->unresponsive(std::min(options_.timeout_s, 10.0));
+  if (silent.empty())
+    return "every rank of the world answered, so a peer called a different collective or waits "
+           "in another group";
+  std::string ranks;
+  for (int r : silent) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  return detail::concat("no answer from world rank", silent.size() > 1 ? "s " : " ", ranks,
+                        " (dead, or stalled outside any collective)");
+}
+
 void MpiCommunicator::wait_op(MPI_Request& req, const char* op, MPI_Status* status) {
   int rc = MPI_SUCCESS;
   if (!poll(req, status, options_.timeout_s, &rc, spin_s_)) {
+    FailureChannel* channel = MpiRuntime::get().channel();
+    if (channel && channel->peer_failure_rank() >= 0)
+      fail(detail::concat("[mpi ", op, "] aborted (", where(op), "): world rank ",
+                          channel->peer_failure_rank(), " failed: ", channel->peer_failure()));
     fail(detail::concat("[mpi ", op, "] timed out after ", options_.timeout_s, " s (", where(op),
-                        "): a peer rank died, stalled, or called a different collective; "
-                        "set TENSORPAR_COMM_DEBUG=1 to compare calls. The MPI job cannot recover "
+                        "): ", blame(),
+                        "; set TENSORPAR_COMM_DEBUG=1 to compare calls. The MPI job cannot recover "
                         "and will be aborted"));
   }
   check(rc, op);

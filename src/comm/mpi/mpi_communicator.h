@@ -55,6 +55,8 @@ class MpiCommunicator final : public Communicator {
   // Marks the group broken, arms the job watchdog and throws Error(msg).
   [[noreturn]] void fail(const std::string& msg);
   void wait_op(MPI_Request& req, const char* op, MPI_Status* status = MPI_STATUS_IGNORE);
+  // After a timeout: which world ranks did not answer the failure channel's probe, in words.
+  std::string blame() const;
   void check_all_to_all_counts(std::span<const int64_t> send_counts,
                                std::span<const int64_t> recv_counts);
 

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "comm/mpi/mpi_check.h"
+#include "comm/mpi/mpi_failure_channel.h"
 
 namespace tensorpar::mpi {
 
@@ -49,7 +50,10 @@ MpiRuntime::~MpiRuntime() {
   int fin = 0;
   MPI_Finalized(&fin);
   if (fin) return;
-  if (failed()) abort_job(world_rank_, "a collective failed earlier (see the error above); MPI_Finalize would hang");
+  if (failed()) {
+    if (channel_) channel_->linger(grace_s_.load());
+    abort_job(world_rank_, "a rank failed earlier (see the errors above); MPI_Finalize would hang");
+  }
   if (!owns_init_) return;
   // Finalize synchronises with the other ranks; bound it like every other wait.
   const double t = finalize_timeout_s_.load();
@@ -62,10 +66,24 @@ void MpiRuntime::note_timeout(double timeout_s) {
   }
 }
 
-void MpiRuntime::fail_job(const std::string& why, double grace_s) {
+FailureChannel* MpiRuntime::open_channel(double timeout_s) {
+  if (channel_) return channel_.get();
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rc = MPI_SUCCESS;
+  run_with_watchdog("[mpi] MPI_Comm_dup of the failure channel", timeout_s,
+                    [&] { rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm); });
+  mpi_check(rc, "mpi failure channel");
+  channel_ = std::make_unique<FailureChannel>(comm);
+  return channel_.get();
+}
+
+void MpiRuntime::fail_job(const std::string& why, double grace_s, bool say) {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return;  // the first failure is reported
-  std::fprintf(stderr, "tensorpar: %s\n", why.c_str());
-  std::fflush(stderr);
+  grace_s_.store(grace_s);
+  if (say) {
+    std::fprintf(stderr, "tensorpar: %s\n", why.c_str());
+    std::fflush(stderr);
+  }
   std::thread([why, grace_s, rank = world_rank_] {
     std::this_thread::sleep_for(std::chrono::duration<double>(grace_s));
     abort_job(rank, ("still running " + std::to_string(grace_s) + " s after: " + why).c_str());

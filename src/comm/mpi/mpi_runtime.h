@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 namespace tensorpar::mpi {
+
+class FailureChannel;
 
 class MpiRuntime {
  public:
@@ -23,10 +26,17 @@ class MpiRuntime {
   void note_timeout(double timeout_s);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
 
-  // A collective failed and the job cannot recover: prints `why` once on stderr and arms a
-  // watchdog that calls MPI_Abort after grace_s (the caller meanwhile gets an Error it may
-  // report). Exiting the process earlier aborts the job at once, since MPI_Finalize could hang.
-  void fail_job(const std::string& why, double grace_s);
+  // A collective failed and the job cannot recover: prints `why` once on stderr (unless !say) and
+  // arms a watchdog that calls MPI_Abort after grace_s (the caller meanwhile gets an Error it may
+  // report). Exiting the process earlier aborts the job, since MPI_Finalize could hang: first
+  // waiting (up to grace_s) until the peers that can still answer are ready to go too, so that
+  // each survivor has printed its own error (see mpi_failure_channel.h).
+  void fail_job(const std::string& why, double grace_s, bool say = true);
+
+  // The failure channel over the world (collective on first call: every rank makes it when it
+  // creates its world communicator); null before.
+  FailureChannel* open_channel(double timeout_s);
+  FailureChannel* channel() const { return channel_.get(); }
 
   // Runs fn, a blocking MPI call with no nonblocking form (MPI_Comm_split, MPI_Finalize); if it
   // has not returned after timeout_s, prints what was stuck and aborts the job.
@@ -39,6 +49,8 @@ class MpiRuntime {
   bool owns_init_ = false;  // false when the application initialised MPI itself
   std::atomic<bool> failed_{false};
   std::atomic<double> finalize_timeout_s_{0};  // 0: no communicator yet
+  std::atomic<double> grace_s_{0};             // fail_job's grace: bounds the wait at exit
+  std::unique_ptr<FailureChannel> channel_;
 };
 
 }  // namespace tensorpar::mpi

@@ -10,4 +10,6 @@ std::unique_ptr<Communicator> create_world(const CommOptions&) {
   return nullptr;
 }
 
+void announce_failure(const std::string&, double) {}
+
 }  // namespace tensorpar::mpi

@@ -54,7 +54,7 @@ std::string seconds_str(double s) {
 
 }  // namespace
 
-AbortState::AbortState(int n_world) : exited_(new std::atomic<bool>[size_t(n_world)]) {
+AbortState::AbortState(int n_world) : n_world_(n_world), exited_(new std::atomic<bool>[size_t(n_world)]) {
   for (int r = 0; r < n_world; ++r) exited_[size_t(r)].store(false);
 }
 
@@ -203,7 +203,7 @@ void GroupState::fail_aborted(const WaitContext& ctx) const {
 
 void GroupState::fail_exited(int peer, const WaitContext& ctx) const {
   const std::string why = "rank " + std::to_string(peer) + " of " + name_ +
-                          " returned from its function without reaching " +
+                          " exited (its function returned, or the rank died) without reaching " +
                           std::string(comm_op_name(ctx.op)) + " #" + std::to_string(ctx.seq);
   abort_->abort(world_rank(ctx.rank), "saw: " + why);
   TP_CHECK(false, "[", comm_op_name(ctx.op), "] ", why, " (rank ", ctx.rank, " waiting)");

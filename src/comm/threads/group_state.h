@@ -22,6 +22,7 @@ namespace tensorpar::threads {
 class AbortState {
  public:
   explicit AbortState(int n_world);
+  int n_world() const { return n_world_; }
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }
   // Records `reason` (the first call wins) and raises the flag.
   void abort(int world_rank, const std::string& reason);
@@ -34,6 +35,7 @@ class AbortState {
   std::atomic<bool> aborted_{false};
   mutable std::mutex mutex_;
   std::string reason_;
+  int n_world_;
   std::unique_ptr<std::atomic<bool>[]> exited_;
 };
 

@@ -18,6 +18,11 @@ std::vector<std::unique_ptr<Communicator>> create_world(int n_ranks, const CommO
 // collective of every rank, in every group split from it, fails with an Error quoting `reason`.
 void abort_world(Communicator& comm, const std::string& reason);
 
+// Whether the world that `comm` belongs to was aborted.
+bool is_aborted(Communicator& comm);
+// Whether every rank of comm's world other than comm's own has finished (mark_exited).
+bool others_exited(Communicator& comm);
+
 // Records that comm's rank has finished: peers waiting on it fail at once instead of timing out.
 void mark_exited(Communicator& comm);
 

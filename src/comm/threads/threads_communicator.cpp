@@ -95,6 +95,18 @@ void abort_world(Communicator& comm, const std::string& reason) {
   t.group().abort_state()->abort(t.world_rank(), reason);
 }
 
+bool is_aborted(Communicator& comm) {
+  return as_threads(comm, "threads::is_aborted").group().abort_state()->aborted();
+}
+
+bool others_exited(Communicator& comm) {
+  ThreadsCommunicator& t = as_threads(comm, "threads::others_exited");
+  const AbortState& a = *t.group().abort_state();
+  for (int r = 0; r < a.n_world(); ++r)
+    if (r != t.world_rank() && !a.exited(r)) return false;
+  return true;
+}
+
 void mark_exited(Communicator& comm) {
   ThreadsCommunicator& t = as_threads(comm, "threads::mark_exited");
   t.group().abort_state()->mark_exited(t.world_rank());

@@ -9,8 +9,9 @@
 #include <cstdint>
 #include <limits>
 
-// Run-time ISA dispatch (GCC/Clang ifunc): one body, compiled for each target.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+// Run-time ISA dispatch (GCC/Clang ifunc): one body, compiled for each target. Not under the
+// sanitizers: an ifunc resolver runs before their runtime is up (a crash at load under TSan).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define TP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TP_VECTOR_CLONES

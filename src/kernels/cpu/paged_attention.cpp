@@ -23,7 +23,7 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
 // Like TP_VECTOR_CLONES (fast_math.h), with FMA in the AVX2 clone: every score and output is an
 // fma chain, which without it would be a libm call per element.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define TP_FMA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
 #else
 #define TP_FMA_CLONES

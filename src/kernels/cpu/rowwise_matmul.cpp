@@ -263,7 +263,7 @@ TP_AVX512 void run_avx512(const Operands& o) {
 
 // With FMA on AVX2 machines (std::fma would otherwise be a libm call per element); each machine
 // runs one clone, so results stay batch-invariant on it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("arch=haswell", "default")))
 #endif
 void run_portable(const Operands& o) {
