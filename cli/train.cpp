@@ -384,6 +384,10 @@ void add_train_command(CLI::App& app) {
                   "Mixture-of-experts models: weight of the load-balancing loss added to the cross-entropy "
                   "(default: the model config's router_aux_loss_coef; 0: none)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--moe-z-loss-coef", t.compute.moe_z_loss_coef,
+                  "Mixture-of-experts models: weight of the router z-loss (ST-MoE: mean squared logsumexp of "
+                  "the router logits), added to the loss (0: none)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", t.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");
   cmd->add_option("--eval-every", t.eval_every, "Steps between validation losses (0 = never)");

@@ -96,6 +96,9 @@ struct TrainCompute {
   // cross-entropy (the Switch/Mixtral form over all MoE layers' tokens, as transformers computes
   // it); < 0: the model config's router_aux_loss_coef.
   double moe_aux_loss_coef = -1;
+  // The router z-loss of ST-MoE: coef * mean over all MoE layers' tokens of logsumexp(router
+  // logits)^2, added to the loss (0: none).
+  double moe_z_loss_coef = 0;
 };
 
 class CausalLM {

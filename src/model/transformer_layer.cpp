@@ -133,7 +133,7 @@ void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const T
 void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                    const LayerActs& a) {
   if (moe_) {
-    moe_->backward(ctx.eng, d_x, d_out, x, a.moe, ctx.moe_aux_dprob, ctx.tp, ctx.ep_dispatch);
+    moe_->backward(ctx.eng, d_x, d_out, x, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
   } else {
     mlp_->backward(ctx.eng, d_x, d_out, x, a.mlp, ctx.tp);
   }

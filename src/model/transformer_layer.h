@@ -32,13 +32,14 @@ struct LayerActs {
 // replicated, tp > n_kv_heads) the ranks that share this rank's kv head.
 // An MoE layer also needs: the EP group its tokens are dispatched over (null when every rank of
 // the TP group holds the same tokens, see ParallelMoe) and, in backward, the auxiliary loss's
-// gradient on each expert's router probability (empty: none).
+// gradient on each expert's router probability (empty: none) and the router z-loss's.
 struct LayerContext {
   MatmulEngine& eng;
   Communicator& tp;
   Communicator* kv_group = nullptr;
   Communicator* ep_dispatch = nullptr;
   std::span<const float> moe_aux_dprob = {};
+  float moe_z_dlse = 0;  // the router z-loss's d loss / d lse per unit of lse (ParallelMoe::backward)
 };
 
 class TransformerLayer {

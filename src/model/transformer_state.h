@@ -31,6 +31,7 @@ struct Transformer::TrainState {
   // MoE: the auxiliary loss's gradient on each expert's router probability (per unit of loss
   // scale; empty without the loss), and the loss-scaled copy backward hands to the layers.
   std::vector<float> aux_dprob, aux_dprob_scaled;
+  float z_dlse = 0;  // the router z-loss's gradient per unit of lse and of loss scale
   void invalidate() { *this = TrainState{}; }
 };
 

@@ -96,6 +96,7 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
     std::memcpy(s.inputs[0].data<float>(), x_in->data<float>(), size_t(N * C) * sizeof(float));
   const int64_t E = config_.moe.n_experts;
   std::vector<double> moe_count(size_t(E), 0.0), moe_prob(size_t(E), 0.0);
+  double lse_sq = 0;
   expert_load_.clear();
   for (int64_t l = 0; l < L; ++l) {
     if (recomputes(l) && with_grad) s.layers[size_t(l)] = LayerActs{};  // drop what an earlier step saved
@@ -105,8 +106,17 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
     expert_load_.push_back(acts.moe.expert_count);
     for (int64_t e = 0; e < E; ++e)
       moe_count[size_t(e)] += acts.moe.expert_count[size_t(e)], moe_prob[size_t(e)] += acts.moe.prob_sum[size_t(e)];
+    lse_sq += acts.moe.lse_sq_sum;
   }
   const float aux = moe_aux_loss(s, moe_count, moe_prob, N, where);
+  // The router z-loss over the M = (MoE layers x N) router outputs: coef * sum(lse^2) / M, whose
+  // gradient on a token's lse is coef * 2 lse / M.
+  const double M = double(expert_load_.size()) * double(N);
+  TP_CHECK(compute_.moe_z_loss_coef == 0 || M == 0 || (span_.first == 0 && span_.last == config_.n_layers), "[",
+           where, "] the router z-loss spans all layers; this rank holds layers [", span_.first, ", ", span_.last,
+           ") of a pipeline: pass --moe-z-loss-coef 0 with pipeline stages");
+  s.z_dlse = M > 0 ? float(2.0 * compute_.moe_z_loss_coef / M) : 0.0f;
+  const float z_loss = M > 0 ? float(compute_.moe_z_loss_coef * lse_sq / M) : 0.0f;
   const Tensor& x_last = s.inputs[size_t(L)];
   if (!span_.head) {
     ensure_f32(*x_out, {N, C});
@@ -122,7 +132,7 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   s.targets = targets.reshape({N});
   return vocab_parallel_cross_entropy_forward(nullptr, s.lse, s.logits, s.targets, vocab_range_, config_.vocab_size,
                                               tp_) +
-         aux;
+         aux + z_loss;
 }
 
 float Transformer::moe_aux_loss(TrainState& s, const std::vector<double>& count, const std::vector<double>& prob,
@@ -154,7 +164,7 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   s.aux_dprob_scaled.resize(s.aux_dprob.size());
   for (size_t e = 0; e < s.aux_dprob.size(); ++e) s.aux_dprob_scaled[e] = s.aux_dprob[e] * loss_scale;
-  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled};
+  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale};
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;

@@ -21,14 +21,15 @@ float dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Softmax of each row of p (N, E) in place.
-void softmax_rows(float* p, int64_t N, int64_t E) {
+// Softmax of each row of p (N, E) in place; lse (N) = each row's logsumexp.
+void softmax_rows(float* p, float* lse, int64_t N, int64_t E) {
   for (int64_t n = 0; n < N; ++n) {
     float* r = p + n * E;
     const float mx = *std::max_element(r, r + E);
     float sum = 0;
     for (int64_t e = 0; e < E; ++e) sum += (r[e] = std::exp(r[e] - mx));
     for (int64_t e = 0; e < E; ++e) r[e] /= sum;
+    lse[n] = mx + std::log(sum);
   }
 }
 
@@ -135,7 +136,10 @@ void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeAc
   // Router: probabilities, the top K of each token and their combine weights.
   Tensor probs = scratch_rows(a.probs, N, E);
   if (N > 0) matmul_forward(eng, probs, x, router_w_, nullptr);
-  softmax_rows(probs.data<float>(), N, E);
+  a.lse.resize(size_t(N));
+  softmax_rows(probs.data<float>(), a.lse.data(), N, E);
+  a.lse_sq_sum = 0;
+  for (int64_t n = 0; n < N; ++n) a.lse_sq_sum += double(a.lse[size_t(n)]) * a.lse[size_t(n)];
   a.chosen.resize(size_t(N * K));
   a.weight.resize(size_t(N * K));
   a.expert_count.assign(size_t(E), 0.0);
@@ -235,7 +239,8 @@ void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeAc
 }
 
 void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& a,
-                           std::span<const float> aux_dprob, Communicator& reduce, Communicator* dispatch) {
+                           std::span<const float> aux_dprob, float z_dlse, Communicator& reduce,
+                           Communicator* dispatch) {
   const int64_t N = x.dim(0), C = shape_.hidden, E = shape_.n_experts, K = shape_.top_k, El = experts_.size();
   TP_CHECK(a.n_rows == N && d_out.shape() == x.shape() && d_x.shape() == x.shape() && d_x.raw() != d_out.raw(),
            "[ParallelMoe::backward] d_out ", d_out.describe(), ", d_x ", d_x.describe(), ", x ", x.describe(),
@@ -311,7 +316,9 @@ void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
       for (int64_t e = 0; e < E; ++e) dl[e] += aux_dprob[size_t(e)];
     float pd = 0;
     for (int64_t e = 0; e < E; ++e) pd += p[e] * dl[e];
-    for (int64_t e = 0; e < E; ++e) dl[e] = p[e] * (dl[e] - pd);
+    // d logit = softmax backward, + the z-loss's: d lse / d logit_e = p_e.
+    const float dz = z_dlse * a.lse[size_t(n)];
+    for (int64_t e = 0; e < E; ++e) dl[e] = p[e] * (dl[e] - pd + dz);
   }
   ensure_grad(router_g_, router_w_.shape());
   if (N > 0) matmul_backward(eng, &d_x, &router_g_, nullptr, d_logits, x, router_w_);

@@ -75,6 +75,8 @@ struct MoeActs {
   // Load statistics of this forward: per expert, slots routed to it and the sum of its
   // probability over the N tokens (the auxiliary load-balancing loss reads them).
   std::vector<double> expert_count, prob_sum;
+  std::vector<float> lse;  // (N) logsumexp of each token's router logits (the z-loss reads them)
+  double lse_sq_sum = 0;   // sum over the tokens of lse^2
   int64_t n_rows = 0;
 };
 
@@ -101,10 +103,11 @@ class ParallelMoe {
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& acts, Communicator& reduce,
                Communicator* dispatch) const;
   // d_x (N, C) written: the input gradient of d_out (N, C). aux_dprob (E, may be empty): a
-  // gradient added to every token's router probability of expert e (the auxiliary loss's).
-  // Weight gradients accumulate.
+  // gradient added to every token's router probability of expert e (the auxiliary loss's);
+  // z_dlse: the router z-loss's gradient on a token's logsumexp per unit of it (d loss / d lse_n
+  // = z_dlse * lse_n; 0: none). Weight gradients accumulate.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
-                std::span<const float> aux_dprob, Communicator& reduce, Communicator* dispatch);
+                std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch);
 
  private:
   // Moves rows (rows, C) between EP ranks: forward from the senders' order to the receivers'

@@ -69,6 +69,9 @@ const std::vector<Setting>& settings() {
       {"moe-aux-loss-coef",
        [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_aux_loss_coef); },
        [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_aux_loss_coef = j.get<double>(); }},
+      {"moe-z-loss-coef",
+       [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_z_loss_coef); },
+       [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_z_loss_coef = j.get<double>(); }},
   };
   return all;
 }

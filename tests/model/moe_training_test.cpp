@@ -92,6 +92,57 @@ TEST_P(MoeGradients, MatchPyTorchWithAndWithoutAuxLoss) {
   }
 }
 
+// The router z-loss (no external reference computes it for these models): coef * mean lse^2 over
+// every MoE layer's tokens. Its gradient on the router weights (the gradient with the loss minus
+// the one without) against central differences of (loss with it - loss without), which is
+// coef * z exactly: smooth in the router weights, whatever the routing does.
+TEST(MoeZLoss, RouterGradientMatchesFiniteDifferences) {
+  const std::string dir = model_fixture("qwen3_moe_tiny");
+  const Tensor tokens = ids_tensor(read_id_lines(dir + "/train_inputs.txt"));
+  const Tensor targets = ids_tensor(read_id_lines(dir + "/train_targets.txt"));
+  const std::string router = "model.layers.1.mlp.gate.weight";
+  const double coef = 0.1, h = 1e-2;
+  for (const int ep : {1, 2}) {
+    SCOPED_TRACE("tp 2 ep " + std::to_string(ep));
+    run_model_ranks(2, [&](Communicator& world) {
+      auto m = load_model(dir, world, {}, ExpertParallel{ep, nullptr});
+      auto grad_of = [&](double c) {
+        m->set_train_compute({.moe_aux_loss_coef = 0, .moe_z_loss_coef = c});
+        m->zero_grad();
+        m->forward_backward(tokens, targets, 1.0f);
+        for (const ParamShard& p : m->parameters())
+          if (p.name == router) return p.grad->to_vector();
+        ADD_FAILURE() << "no parameter " << router;
+        return std::vector<float>{};
+      };
+      const std::vector<float> with = grad_of(coef), without = grad_of(0);
+      Tensor* w = nullptr;
+      for (const ParamShard& p : m->parameters())
+        if (p.name == router) w = p.value;
+      ASSERT_NE(w, nullptr);
+      auto z_part = [&] {  // coef * z, as the forward adds it
+        m->set_train_compute({.moe_aux_loss_coef = 0, .moe_z_loss_coef = coef});
+        const double a = m->forward_loss(tokens, targets);
+        m->set_train_compute({.moe_aux_loss_coef = 0, .moe_z_loss_coef = 0});
+        return a - double(m->forward_loss(tokens, targets));
+      };
+      EXPECT_GT(z_part(), 0.0);
+      for (const int64_t i : {int64_t(0), int64_t(77), w->numel() - 1}) {
+        float& wi = w->data<float>()[i];
+        const float keep = wi;
+        wi = keep + float(h);
+        const double up = z_part();
+        wi = keep - float(h);
+        const double down = z_part();
+        wi = keep;
+        const double numeric = (up - down) / (2 * h), analytic = double(with[size_t(i)]) - double(without[size_t(i)]);
+        EXPECT_NEAR(analytic, numeric, 2e-3 * std::max(1.0, std::fabs(numeric))) << "router entry " << i;
+        EXPECT_GT(std::fabs(analytic), 1e-4) << "router entry " << i << ": the z-loss moved nothing";
+      }
+    });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, MoeGradients, ::testing::Values("mixtral_tiny", "qwen2_moe_tiny", "qwen3_moe_tiny"),
                          [](const auto& info) { return std::string(info.param); });
 

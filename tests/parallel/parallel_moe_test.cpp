@@ -159,7 +159,7 @@ TEST(ParallelMoe, DispatchedTokensMatchOneRank) {
           Tensor y = Tensor::empty({rows.size(), C}, DType::kF32), dx = Tensor::empty({rows.size(), C}, DType::kF32);
           MoeActs acts;
           m.forward(eng, y, xr, acts, *tp, epg.get());
-          m.backward(eng, dx, dy.slice(0, rows.begin, rows.end).contiguous(), xr, acts, aux, *tp, epg.get());
+          m.backward(eng, dx, dy.slice(0, rows.begin, rows.end).contiguous(), xr, acts, aux, 0.05f, *tp, epg.get());
           {
             std::lock_guard<std::mutex> lock(mu);
             const auto yv = y.to_vector(), dv = dx.to_vector();

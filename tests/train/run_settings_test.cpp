@@ -36,12 +36,14 @@ RunSettings a_run() {
   s.train.adam.weight_decay = 0.01f;
   s.train.compute.matmul_dtype = DType::kBF16;
   s.train.compute.recompute_layers = 2;
+  s.train.compute.moe_aux_loss_coef = 0.05;
+  s.train.compute.moe_z_loss_coef = 0.001;
   return s;
 }
 
 TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   const nlohmann::json saved = run_settings_json(a_run());
-  EXPECT_EQ(saved.size(), 20u);  // a new setting must be added to the list below too
+  EXPECT_EQ(saved.size(), 22u);  // a new setting must be added to the list below too
   RunSettings resumed;           // all defaults, as a bare `--resume DIR` parses
   EXPECT_EQ(apply_saved_settings(saved, {}, resumed), "");
   EXPECT_EQ(resumed.data, "/data/fortunes");
@@ -64,6 +66,8 @@ TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   EXPECT_EQ(resumed.train.adam.weight_decay, 0.01f);
   EXPECT_EQ(resumed.train.compute.matmul_dtype, DType::kBF16);
   EXPECT_EQ(resumed.train.compute.recompute_layers, 2);
+  EXPECT_EQ(resumed.train.compute.moe_aux_loss_coef, 0.05);
+  EXPECT_EQ(resumed.train.compute.moe_z_loss_coef, 0.001);
 }
 
 TEST(RunSettings, GivenFlagsWinAndOnlyRealChangesAreReported) {
