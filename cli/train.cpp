@@ -388,6 +388,10 @@ void add_train_command(CLI::App& app) {
                   "Mixture-of-experts models: weight of the router z-loss (ST-MoE: mean squared logsumexp of "
                   "the router logits), added to the loss (0: none)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--moe-capacity-factor", t.compute.moe_capacity_factor,
+                  "Mixture-of-experts models: each expert takes at most factor x tokens x k / experts of a "
+                  "micro-batch's routed slots, first choices first, the rest dropped (0: dropless)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", t.seed, "Data seed (windows)");
   cmd->add_option("--init-seed", o->init_seed, "Weight initialisation seed");
   cmd->add_option("--eval-every", t.eval_every, "Steps between validation losses (0 = never)");

@@ -99,6 +99,10 @@ struct TrainCompute {
   // The router z-loss of ST-MoE: coef * mean over all MoE layers' tokens of logsumexp(router
   // logits)^2, added to the loss (0: none).
   double moe_z_loss_coef = 0;
+  // Expert capacity in training: each expert takes at most ceil(factor * tokens * k / experts)
+  // of a forward's routed slots (first choices first), the rest dropped; 0: dropless, as at
+  // inference (which ignores it).
+  double moe_capacity_factor = 0;
 };
 
 class CausalLM {

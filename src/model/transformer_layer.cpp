@@ -125,7 +125,7 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
 
 void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& x, LayerActs& a) const {
   if (moe_)
-    moe_->forward(ctx.eng, out, x, a.moe, ctx.tp, ctx.ep_dispatch);
+    moe_->forward(ctx.eng, out, x, a.moe, ctx.tp, ctx.ep_dispatch, ctx.moe_capacity_factor);
   else
     mlp_->forward(ctx.eng, out, x, a.mlp, ctx.tp);
 }

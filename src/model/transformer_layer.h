@@ -40,6 +40,7 @@ struct LayerContext {
   Communicator* ep_dispatch = nullptr;
   std::span<const float> moe_aux_dprob = {};
   float moe_z_dlse = 0;  // the router z-loss's d loss / d lse per unit of lse (ParallelMoe::backward)
+  double moe_capacity_factor = 0;  // ParallelMoe::forward's (training; 0: dropless)
 };
 
 class TransformerLayer {

@@ -79,7 +79,8 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   for (int64_t i = 0; i < N; ++i) s.positions[size_t(i)] = i % T;
   s.ids.assign(tokens.data<int64_t>(), tokens.data<int64_t>() + N);
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
-  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch};
+  LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch};
+  ctx.moe_capacity_factor = compute_.moe_capacity_factor;
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
 
   // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
@@ -164,7 +165,8 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   s.aux_dprob_scaled.resize(s.aux_dprob.size());
   for (size_t e = 0; e < s.aux_dprob.size(); ++e) s.aux_dprob_scaled[e] = s.aux_dprob[e] * loss_scale;
-  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale};
+  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale,
+                         compute_.moe_capacity_factor};
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;

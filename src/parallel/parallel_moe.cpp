@@ -123,7 +123,7 @@ void ParallelMoe::to_expert_order(Tensor& out, const Tensor& in, const MoeActs& 
 }
 
 void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& a, Communicator& reduce,
-                          Communicator* dispatch) const {
+                          Communicator* dispatch, double capacity_factor) const {
   TP_CHECK(x.ndim() == 2 && x.dim(1) == shape_.hidden && out.shape() == x.shape() && out.raw() != x.raw(),
            "[ParallelMoe::forward] x ", x.describe(), ", out ", out.describe(),
            ": expected two distinct (N, ", shape_.hidden, ") tensors");
@@ -157,20 +157,34 @@ void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeAc
     }
     for (int64_t e = 0; e < E; ++e) a.prob_sum[size_t(e)] += p[e];
   }
+  // With a capacity factor an expert takes at most ceil(factor * N * K / E) of this forward's
+  // slots, first choices before second ones, earlier tokens first (Switch / GShard); the rest are
+  // dropped (their tokens keep the residual and their other experts).
+  std::vector<char> keep(size_t(N * K), 1);
+  a.dropped_slots = 0;
+  if (capacity_factor > 0) {
+    const int64_t cap = int64_t(std::ceil(capacity_factor * double(N * K) / double(E)));
+    std::vector<int64_t> taken(size_t(E), 0);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t s = n * K + k;
+        if (taken[size_t(a.chosen[size_t(s)])]++ >= cap) keep[size_t(s)] = 0, ++a.dropped_slots;
+      }
+  }
   // This rank's slots, sorted by expert (so grouped by owner rank, as the expert ranges are
   // contiguous in rank order); without a dispatch group only the experts held here.
+  auto sent = [&](int64_t s) { return keep[size_t(s)] && (dispatch || experts_.contains(a.chosen[size_t(s)])); };
   std::vector<int64_t> per_expert(size_t(E), 0);
   a.send_slot.clear();
   for (int64_t s = 0; s < N * K; ++s)
-    if (dispatch || experts_.contains(a.chosen[size_t(s)])) ++per_expert[size_t(a.chosen[size_t(s)])];
+    if (sent(s)) ++per_expert[size_t(a.chosen[size_t(s)])];
   std::vector<int64_t> start(size_t(E) + 1, 0);
   for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = start[size_t(e)] + per_expert[size_t(e)];
   a.send_slot.resize(size_t(start[size_t(E)]));
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
     for (int64_t s = 0; s < N * K; ++s) {
-      const int64_t e = a.chosen[size_t(s)];
-      if (dispatch || experts_.contains(e)) a.send_slot[size_t(fill[size_t(e)]++)] = s;
+      if (sent(s)) a.send_slot[size_t(fill[size_t(a.chosen[size_t(s)])]++)] = s;
     }
   }
   const int64_t S = int64_t(a.send_slot.size());

@@ -77,6 +77,7 @@ struct MoeActs {
   std::vector<double> expert_count, prob_sum;
   std::vector<float> lse;  // (N) logsumexp of each token's router logits (the z-loss reads them)
   double lse_sq_sum = 0;   // sum over the tokens of lse^2
+  int64_t dropped_slots = 0;  // slots over an expert's capacity (capacity_factor > 0)
   int64_t n_rows = 0;
 };
 
@@ -99,9 +100,11 @@ class ParallelMoe {
   void zero_grad();
 
   // out (N, C) Replicated over `reduce` = the block applied to x (N, C). dispatch: the EP group
-  // when tokens differ across it (see above), else null. Collective over reduce (and dispatch).
+  // when tokens differ across it (see above), else null. capacity_factor > 0 (training): each
+  // expert takes at most ceil(factor * N * K / E) of the N tokens' slots, the others dropped;
+  // 0: dropless. Collective over reduce (and dispatch).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& acts, Communicator& reduce,
-               Communicator* dispatch) const;
+               Communicator* dispatch, double capacity_factor = 0) const;
   // d_x (N, C) written: the input gradient of d_out (N, C). aux_dprob (E, may be empty): a
   // gradient added to every token's router probability of expert e (the auxiliary loss's);
   // z_dlse: the router z-loss's gradient on a token's logsumexp per unit of it (d loss / d lse_n

@@ -72,6 +72,9 @@ const std::vector<Setting>& settings() {
       {"moe-z-loss-coef",
        [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_z_loss_coef); },
        [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_z_loss_coef = j.get<double>(); }},
+      {"moe-capacity-factor",
+       [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_capacity_factor); },
+       [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_capacity_factor = j.get<double>(); }},
   };
   return all;
 }

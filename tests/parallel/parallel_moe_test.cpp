@@ -6,6 +6,7 @@
 // weight gradients (the router's summed over the EP ranks, whose tokens differ).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -122,6 +123,59 @@ TEST(ParallelMoe, ReplicatedTokensMatchReferenceAtEveryTpAndEp) {
           });
         }
     }
+}
+
+// A capacity factor drops the slots over ceil(factor * N * K / E) per expert, first choices first:
+// the drop count is what the routing implies, a large factor drops nothing (bitwise the dropless
+// output), and every (tp, ep) split drops the same slots (the same output as tp 1).
+TEST(ParallelMoe, CapacityFactorDropsTheSameSlotsAtEverySplit) {
+  TP_SEED_TRACE();
+  Rng rng(13);
+  const MoeWeights w = random_weights(rng);
+  const int64_t N = 23;
+  const Tensor x = rng.uniform_tensor({N, C}, DType::kF32, -1.5f, 1.5f);
+  const MoeShape ms = shape_of(true, true);
+  for (const double factor : {0.6, 1.0, 100.0}) {
+    std::vector<float> one, dropless;
+    for (int tp = 1; tp <= 4; ++tp)
+      for (int ep = 1; ep <= tp; ++ep) {
+        if (tp % ep) continue;
+        SCOPED_TRACE("factor " + std::to_string(factor) + " tp " + std::to_string(tp) + " ep " + std::to_string(ep));
+        std::vector<float> y0;
+        run_ranks(tp, [&](Communicator& world) {
+          const int etp = tp / ep, r = world.rank();
+          ParallelMoe m(ms, ExpertSplit{ep, r / etp, etp, r % etp, tp, r}, 1);
+          load(m, w);
+          MatmulEngine eng;
+          Tensor y = nan_tensor({N, C});
+          MoeActs acts;
+          if (tp == 1) {
+            m.forward(eng, y, x, acts, world, nullptr, 0);
+            dropless = y.to_vector();
+          }
+          m.forward(eng, y, x, acts, world, nullptr, factor);
+          // The expected drops from the routing: per expert, its slots beyond the capacity.
+          const int64_t cap = int64_t(std::ceil(factor * double(N * K) / double(E)));
+          int64_t want = 0;
+          for (int64_t e = 0; e < E; ++e) want += std::max<int64_t>(0, int64_t(acts.expert_count[size_t(e)]) - cap);
+          EXPECT_EQ(acts.dropped_slots, want);
+          if (factor < 1) {
+            EXPECT_GT(acts.dropped_slots, 0);
+          }
+          if (r == 0) y0 = y.to_vector();
+        });
+        if (tp == 1) {
+          one = y0;
+          if (factor > 10) {
+            EXPECT_EQ(one, dropless);
+          } else if (factor < 1) {
+            EXPECT_GT(max_abs_diff(one, dropless), 1e-3);
+          }
+          continue;
+        }
+        EXPECT_LE(max_rel_diff(y0, one, 0.1), 1e-5);
+      }
+  }
 }
 
 // The dispatch path against the single-rank one: ranks = ep x etp (etp fastest); EP rank r holds

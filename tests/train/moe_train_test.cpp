@@ -120,5 +120,28 @@ TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
   std::filesystem::remove_all(root);
 }
 
+// With a capacity factor each rank drops the slots of its own tokens beyond an expert's capacity,
+// before the all_to_all: EP over the DP ranks still takes the steps of DP without EP, and the
+// dropping changes the run (the losses differ from the dropless ones).
+TEST(MoeTraining, CapacityFactorSameWithAndWithoutExpertParallelism) {
+  const TokenCorpus corpus =
+      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  TrainOptions o;
+  o.steps = 3;
+  o.batch = 4;
+  o.micro_batch = 2;
+  o.seq = 16;
+  o.lr = 1e-2f;
+  o.compute.moe_capacity_factor = 0.75;
+  const MoeRun base = train(1, 2, 1, corpus, o), ep = train(1, 2, 2, corpus, o);
+  TrainOptions dropless = o;
+  dropless.compute.moe_capacity_factor = 0;
+  const MoeRun all = train(1, 2, 1, corpus, dropless);
+  ASSERT_EQ(base.logs.size(), 3u);
+  ASSERT_EQ(ep.logs.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(ep.logs[i].loss, base.logs[i].loss, 2e-5) << "step " << i + 1;
+  EXPECT_GT(std::fabs(base.logs[0].loss - all.logs[0].loss), 1e-4);
+}
+
 }  // namespace
 }  // namespace tensorpar::testing

@@ -38,12 +38,13 @@ RunSettings a_run() {
   s.train.compute.recompute_layers = 2;
   s.train.compute.moe_aux_loss_coef = 0.05;
   s.train.compute.moe_z_loss_coef = 0.001;
+  s.train.compute.moe_capacity_factor = 1.25;
   return s;
 }
 
 TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   const nlohmann::json saved = run_settings_json(a_run());
-  EXPECT_EQ(saved.size(), 22u);  // a new setting must be added to the list below too
+  EXPECT_EQ(saved.size(), 23u);  // a new setting must be added to the list below too
   RunSettings resumed;           // all defaults, as a bare `--resume DIR` parses
   EXPECT_EQ(apply_saved_settings(saved, {}, resumed), "");
   EXPECT_EQ(resumed.data, "/data/fortunes");
@@ -68,6 +69,7 @@ TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   EXPECT_EQ(resumed.train.compute.recompute_layers, 2);
   EXPECT_EQ(resumed.train.compute.moe_aux_loss_coef, 0.05);
   EXPECT_EQ(resumed.train.compute.moe_z_loss_coef, 0.001);
+  EXPECT_EQ(resumed.train.compute.moe_capacity_factor, 1.25);
 }
 
 TEST(RunSettings, GivenFlagsWinAndOnlyRealChangesAreReported) {
