@@ -53,6 +53,14 @@ void load(ParallelMoe& m, const MoeWeights& w) {
   }
 }
 
+// This rank's block with EP inside the TP group `world` (ep divides its size), weights loaded.
+ParallelMoe replicated_moe(const MoeShape& ms, const MoeWeights& w, Communicator& world, int ep) {
+  const int etp = world.size() / ep, r = world.rank();
+  ParallelMoe m(ms, ExpertSplit{ep, r / etp, etp, r % etp, world.size(), r}, 1);
+  load(m, w);
+  return m;
+}
+
 MoeShape shape_of(bool norm, bool shared) { return MoeShape{C, E, K, F, norm, shared ? FS : 0}; }
 
 // moe_forward_naive of x with w's weights (the shared expert's when ms has one).
@@ -112,9 +120,7 @@ TEST(ParallelMoe, ReplicatedTokensMatchReferenceAtEveryTpAndEp) {
           SCOPED_TRACE("tp " + std::to_string(tp) + " ep " + std::to_string(ep) + (norm ? " norm" : "") +
                        (shared ? " shared" : ""));
           run_ranks(tp, [&](Communicator& world) {
-            const int etp = tp / ep, r = world.rank();
-            ParallelMoe m(ms, ExpertSplit{ep, r / etp, etp, r % etp, tp, r}, 1);
-            load(m, w);
+            ParallelMoe m = replicated_moe(ms, w, world, ep);
             MatmulEngine eng;
             Tensor y = nan_tensor({N, C});
             MoeActs acts;
@@ -143,9 +149,8 @@ TEST(ParallelMoe, CapacityFactorDropsTheSameSlotsAtEverySplit) {
         SCOPED_TRACE("factor " + std::to_string(factor) + " tp " + std::to_string(tp) + " ep " + std::to_string(ep));
         std::vector<float> y0;
         run_ranks(tp, [&](Communicator& world) {
-          const int etp = tp / ep, r = world.rank();
-          ParallelMoe m(ms, ExpertSplit{ep, r / etp, etp, r % etp, tp, r}, 1);
-          load(m, w);
+          const int r = world.rank();
+          ParallelMoe m = replicated_moe(ms, w, world, ep);
           MatmulEngine eng;
           Tensor y = nan_tensor({N, C});
           MoeActs acts;

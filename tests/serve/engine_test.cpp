@@ -51,6 +51,20 @@ struct Collected {
   int64_t prompt_tokens = 0, completion_tokens = 0;
 };
 
+// Each prompt's greedy tokens, generated alone one after another (n_new each, EOS ignored):
+// written into want on the rank given the tokenizer. Collective over the model's tp.
+void generate_alone(CausalLM& m, const std::vector<std::vector<int32_t>>& prompts, int64_t n_new,
+                    const Tokenizer* tok, std::vector<std::vector<int32_t>>& want) {
+  GenerateOptions g;
+  g.max_tokens = n_new;
+  g.stop_on_eos = false;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto cache = m.make_cache(int64_t(prompts[i].size()) + n_new);
+    const GenerateResult r = generate(m, *cache, prompts[i], g, tok, nullptr);
+    if (tok) want[i] = r.tokens;
+  }
+}
+
 Collected collect(RequestHandle& h) {
   Collected c;
   for (;;) {
@@ -88,14 +102,7 @@ TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
       auto m = load_model(model_path(), world);
       const bool leader = world.rank() == 0;
       // Alone, one after another, through the one-sequence generation loop.
-      GenerateOptions g;
-      g.max_tokens = kNew;
-      g.stop_on_eos = false;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        auto cache = m->make_cache(int64_t(prompts[i].size()) + kNew);
-        const GenerateResult r = generate(*m, *cache, prompts[i], g, leader ? &tok : nullptr, nullptr);
-        if (leader) want[i] = r.tokens;
-      }
+      generate_alone(*m, prompts, kNew, leader ? &tok : nullptr, want);
       // Together: a pool of 24 blocks of 16 tokens cannot hold all sixteen at once.
       EngineOptions o;
       o.max_seqs = 16, o.max_batch_tokens = 64, o.block_size = 16, o.ctx = 256;
@@ -205,14 +212,7 @@ TEST(Engine, ClientThreadsShareTheQueue) {
   testing::run_model_ranks(2, [&](Communicator& world) {
     auto m = load_model(tiny_model_path(), world);
     const bool leader = world.rank() == 0;
-    GenerateOptions g;
-    g.max_tokens = kNew;
-    g.stop_on_eos = false;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      auto cache = m->make_cache(int64_t(prompts[i].size()) + kNew);
-      const GenerateResult r = generate(*m, *cache, prompts[i], g, leader ? &tok : nullptr, nullptr);
-      if (leader) want[i] = r.tokens;
-    }
+    generate_alone(*m, prompts, kNew, leader ? &tok : nullptr, want);
     EngineOptions o;
     o.max_seqs = 4, o.max_batch_tokens = 32, o.block_size = 16, o.ctx = 128;
     Engine e(*m, leader ? &tok : nullptr, o);
