@@ -1,15 +1,31 @@
 #!/usr/bin/env python3
-"""Writes GGUF versions of the two tiny HF MoE fixtures, as llama.cpp's converter
+"""Writes GGUF versions of the tiny HF MoE fixtures, as llama.cpp's converter
 (convert_hf_to_gguf.py) writes them, with transformers references of exactly the weights each file
 holds:
 
     tests/fixtures/models/mixtral_tiny_gguf/     (from mixtral_tiny,   general.architecture "llama")
     tests/fixtures/models/qwen3_moe_tiny_gguf/   (from qwen3_moe_tiny, general.architecture "qwen3moe")
+    tests/fixtures/models/qwen2_moe_tiny_gguf/   (from an all-sparse variant of qwen2_moe_tiny,
+                                                  general.architecture "qwen2moe"; see below)
 
 Each directory: model-f32.gguf (every tensor F32, general.file_type 0 = ALL_F32), model-q8_0.gguf
 (general.file_type 7 = MOSTLY_Q8_0), tokens.txt (copied from the HF fixture), logits-<v>.bin
-([24, 256] f32), greedy-<v>.txt (8 ids), meta.json. The source is the HF fixture's
-model.safetensors + config.json as they are (tools/make_moe_fixtures.py); nothing is re-drawn.
+([24, 256] f32), greedy-<v>.txt (8 ids), meta.json. For mixtral / qwen3-moe the source is the HF
+fixture's model.safetensors + config.json as they are (tools/make_moe_fixtures.py); nothing is
+re-drawn.
+
+qwen2moe and dense layers: qwen2_moe_tiny has mlp_only_layers [1] (layer 1 a dense SwiGLU MLP).
+llama.cpp's qwen2moe cannot represent that: gguf's MODEL_TENSORS[QWEN2MOE] has no FFN_GATE / FFN_UP /
+FFN_DOWN, so Qwen2MoeModel (which reads neither mlp_only_layers nor decoder_sparse_step) fails with
+"Can not map tensor 'model.layers.1.mlp.down_proj.weight'", and src/models/qwen2moe.cpp creates
+ffn_gate_inp, ffn_{gate,up,down}_exps, ffn_gate_inp_shexp and ffn_{gate,up,down}_shexp as required
+for every layer and runs build_moe_ffn + the shared expert in every layer (no faithful encoding of a
+dense MLP exists: the shared-expert gate is a sigmoid, never exactly 1, and n_ff_shexp is global).
+So qwen2_moe_tiny_gguf is converted from build_all_sparse_qwen2_moe's model: make_moe_fixtures'
+qwen2_moe_tiny recipe (config, seed 1030, moe_init_weights) with mlp_only_layers = [], saved like an
+HF fixture to a temporary directory "qwen2_moe_tiny_all_sparse" (-> general.name) and not kept; its
+float64 transformers references (logits, greedy, generate() cross-check, routing checks) are made
+there, and tokens.txt is qwen2_moe_tiny's (same draw, asserted).
 
 Conventions, from ggml-org/llama.cpp (convert_hf_to_gguf.py, src/models/{llama,qwen3moe}.cpp,
 src/llama-model.cpp, src/llama-graph.cpp) and the gguf package (gguf/constants.py,
@@ -27,6 +43,17 @@ gguf/tensor_mapping.py, gguf/gguf_writer.py):
   permutation (LLAMA_ROPE_TYPE_NEOX). Experts stacked in the order down_proj, gate_proj, up_proj
   from "model.layers.{bid}.mlp.experts.{w}.weight"; mlp.gate -> ffn_gate_inp;
   self_attn.{q,k}_norm -> attn_{q,k}_norm.
+- Qwen2-MoE: class Qwen2MoeModel, MODEL_ARCH.QWEN2MOE -> "qwen2moe" (conversion/qwen.py in current
+  llama.cpp), no Q/K permutation (NEOX); experts as Qwen3-MoE; self_attn.{q,k,v}_proj.bias ->
+  blk.N.attn_{q,k,v}.bias; mlp.shared_expert.{gate,up,down}_proj -> ffn_{gate,up,down}_shexp
+  (ne [C, Fs], [C, Fs], [Fs, C]); mlp.shared_expert_gate.weight (HF (1, C)) -> ffn_gate_inp_shexp,
+  written 2-D as ne [C, 1] (prepare_tensors no longer squeezes; older converters did, giving [C];
+  llama.cpp creates it as {n_embd} and its shape check accepts trailing 1s). Tied embeddings: the
+  checkpoint has no lm_head.weight, so there is no output.weight (llama.cpp's qwen2moe loader would
+  in fact require one; the engine here takes token_embd). Graph (src/models/qwen2moe.cpp):
+  build_moe_ffn(..., LLM_FFN_SILU, norm_w = false, ..., SOFTMAX) -- the top-k softmax probabilities
+  are used as they are, matching norm_topk_prob false -- plus ffn_down_shexp(silu(ffn_gate_shexp x) *
+  ffn_up_shexp x) * sigmoid(ffn_gate_inp_shexp . x) (computed as silu(g)/g).
 - numpy (E, F, C) is GGUF ne [C, F, E] (GGUFWriter stores reversed dims): ffn_gate_exps /
   ffn_up_exps ne [n_embd, n_ff_exp, n_expert], ffn_down_exps ne [n_ff_exp, n_embd, n_expert],
   ffn_gate_inp ne [n_embd, n_expert] (as llama.cpp's create_tensor calls expect).
@@ -36,16 +63,21 @@ gguf/tensor_mapping.py, gguf/gguf_writer.py):
   expert_count (num_local_experts / num_experts), expert_used_count (num_experts_per_tok),
   attention.key_length / value_length (only when the config has head_dim: Qwen3-MoE yes, Mixtral no),
   general.file_type; llama adds vocab_size and rope.dimension_count; qwen2moe/qwen3moe add
-  expert_feed_forward_length (moe_intermediate_size). rope_type "default" writes no scaling keys.
-  No expert_weights_norm key: llama.cpp's qwen3moe and llama graphs call build_moe_ffn with
-  norm_w = true hard-coded (softmax over all experts -> top-k -> divided by their sum), matching
-  norm_topk_prob true / Mixtral. general.type "model", general.name and general.size_label as
-  gguf.Metadata and gguf.size_label give them for the HF directory; general.quantization_version 2.
-- Tensor types (ModelBase.prepare_tensors): 1-D tensors and names ending "_norm.weight" F32;
-  ffn_gate_inp always F32; everything else the --outtype (f32: F32; q8_0: Q8_0, token_embd and
-  output included). Q8_0 blocks are 32 along ne[0] (the input dim). A tensor whose ne[0] is not a
-  multiple of 32 (here ffn_down_exps: ne[0] = expert ffn 48 / 24) cannot be Q8_0; the converter
+  expert_feed_forward_length (moe_intermediate_size), and expert_shared_feed_forward_length
+  (shared_expert_intermediate_size) when the config has it (qwen2moe). rope_type "default" writes no
+  scaling keys. No expert_weights_norm key: llama.cpp's qwen3moe and llama graphs call build_moe_ffn
+  with norm_w = true hard-coded (softmax over all experts -> top-k -> divided by their sum), matching
+  norm_topk_prob true / Mixtral; qwen2moe's with norm_w = false. general.type "model",
+  general.name and general.size_label as gguf.Metadata and gguf.size_label give them for the HF
+  directory; general.quantization_version 2.
+- Tensor types (ModelBase.prepare_tensors): 1-D tensors (biases included) and names ending
+  "_norm.weight" F32; ffn_gate_inp and ffn_gate_inp_shexp always F32; everything else the --outtype
+  (f32: F32; q8_0: Q8_0, token_embd and output included). Q8_0 blocks are 32 along ne[0] (the input
+  dim). A tensor whose ne[0] is not a multiple of 32 (here ffn_down_exps: ne[0] = expert ffn 48 / 24
+  for mixtral / qwen3moe; ffn_down_shexp: ne[0] = 48 for qwen2moe) cannot be Q8_0; the converter
   then falls back to F16 (QuantError), this script keeps it F32 instead (FALLBACK below).
+- Tensor order: the converter reads the safetensors names sorted (gguf.utility.SafetensorsLocal);
+  the fixtures' headers are already sorted (asserted).
 - Tokenizer: not the converter's (the HF fixtures have none): the byte-level stand-in of
   make_fixtures' GGUF: tokenizer.ggml.model "gpt2", pre "default", 256 tokens (GPT-2 byte-to-unicode
   spelling), all NORMAL; no merges, no special tokens.
@@ -54,10 +86,12 @@ References: transformers, model in float64 (eager attention and experts, routers
 float64 as in make_moe_fixtures), on the weights the file holds: read back from the file with
 gguf.GGUFReader (dequantized, experts unstacked, Q/K permutation undone) and asserted equal to the
 weights the writer encoded; stored f32. The f32 variant is asserted to reproduce the HF fixture's
-logits.bin / greedy.txt. An independent float64 numpy forward of the file as stored (llama.cpp's
-graph: RoPE NORM for llama / NEOX for qwen3moe on the GGUF rows, build_moe_ffn routing) must match
-the references to 2e-5; it lands ~2e-6 away because transformers computes RMSNorm, the attention
-softmax and the RoPE tables in float32 even in a float64 model (a wrong convention would be O(1)).
+logits.bin / greedy.txt (qwen2moe: the all-sparse variant's own float64 references). An independent
+float64 numpy forward of the file as stored (llama.cpp's graph: RoPE NORM for llama / NEOX for
+qwen3moe and qwen2moe on the GGUF rows, build_moe_ffn routing, qwen2moe's biases and shared expert)
+must match the references to 2e-5; it lands ~2e-6 (qwen2moe ~1e-5) away because transformers
+computes RMSNorm, the attention softmax and the RoPE tables in float32 even in a float64 model (a
+wrong convention would be O(1)).
 
 Run: PY=$(tools/venv.sh) && "$PY" tools/make_moe_gguf_fixtures.py [--out tests/fixtures/models]
 Deterministic (same inputs, same bytes). Layouts: tests/fixtures/README.md.
@@ -67,6 +101,7 @@ import copy
 import json
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +109,7 @@ import torch
 import transformers
 import gguf
 from safetensors import safe_open
-from transformers import MixtralForCausalLM, Qwen3MoeForCausalLM
+from transformers import MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_fixtures as mf        # noqa: E402
@@ -88,7 +123,12 @@ SPECS = {
     "mixtral_tiny": ("mixtral_tiny", MixtralForCausalLM, gguf.MODEL_ARCH.LLAMA, True, ("w1", "w2", "w3")),
     "qwen3_moe_tiny": ("qwen3_moe_tiny", Qwen3MoeForCausalLM, gguf.MODEL_ARCH.QWEN3MOE, False,
                        ("down_proj", "gate_proj", "up_proj")),
+    # Source: not qwen2_moe_tiny itself (its dense layer 1 has no qwen2moe form) but its all-sparse
+    # variant, built in memory by build_all_sparse_qwen2_moe (see the docstring).
+    "qwen2_moe_tiny": ("qwen2_moe_tiny", Qwen2MoeForCausalLM, gguf.MODEL_ARCH.QWEN2MOE, False,
+                       ("down_proj", "gate_proj", "up_proj")),
 }
+ALL_SPARSE_DIR = "qwen2_moe_tiny_all_sparse"   # the variant's HF directory name (-> general.name)
 VARIANTS = {"f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
 
 
@@ -133,14 +173,107 @@ def from_hub(hub, mixtral, n_layers, E):
     return out
 
 
+def with_tied_head(mem, cfg):
+    """The model's state_dict() names: a tied model also lists lm_head.weight (= embed_tokens)."""
+    if not cfg.tie_word_embeddings:
+        return mem
+    return dict(mem, **{"lm_head.weight": mem["model.embed_tokens.weight"]})
+
+
+def build_all_sparse_qwen2_moe(src_dir, tmp_root):
+    """qwen2_moe_tiny as make_moe_fixtures draws it (same config, seed 1030, same init), but with
+    mlp_only_layers = [] so that every layer is sparse (llama.cpp's qwen2moe has no dense layer).
+    Saved as make_moe_fixtures saves a fixture (save_pretrained + hub-style config.json) to
+    tmp_root/ALL_SPARSE_DIR, which is then converted like the other HF fixtures. Returns (HF dir,
+    token ids, float64 reference logits [T, V], greedy ids, info for meta.json). The references are
+    make_moe_fixtures' (transformers float64, router softmax in float64, generate() cross-check)."""
+    seed, model_cls, cfg_cls, kwargs, _, _ = mmf.SPECS["qwen2_moe_tiny"]
+    assert kwargs["mlp_only_layers"] == [1], kwargs
+    cfg = mf.make_config(cfg_cls, dict(kwargs, mlp_only_layers=[]))
+    torch.manual_seed(seed)
+    model = model_cls(cfg).to(torch.float32).eval()
+    mmf.moe_init_weights(model, seed)
+    assert mmf.moe_layers(model) == list(range(cfg.num_hidden_layers))
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    hf_dir = tmp_root / ALL_SPARSE_DIR
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    (hf_dir / "generation_config.json").unlink(missing_ok=True)
+    hub_cfg = mmf.write_hub_config(hf_dir / "config.json", model_cls)
+    loaded = model_cls.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager",
+                                       experts_implementation="eager").eval()
+    assert loaded.config.mlp_only_layers == [] and loaded.config.tie_word_embeddings
+    g = torch.Generator().manual_seed(seed + 1)           # make_moe_fixtures' token draw
+    ids = torch.randint(0, cfg.vocab_size, (mf.N_TOKENS,), generator=g)
+    assert ids.tolist() == [int(t) for t in (src_dir / "tokens.txt").read_text().split()]
+    with torch.no_grad():
+        assert torch.equal(model(ids[None]).logits, loaded(ids[None]).logits)
+    disk, orig = read_hub(hf_dir / "model.safetensors"), read_hub(src_dir / "model.safetensors")
+    same = sorted(k for k in disk if k in orig and np.array_equal(disk[k], orig[k]))
+
+    mmf.set_router_patch(True)
+    m64 = copy.deepcopy(loaded).double()
+    with torch.no_grad():
+        logits = m64(ids[None]).logits[0]
+        gen = loaded.generate(ids[None], attention_mask=torch.ones_like(ids[None]),
+                              max_new_tokens=mf.N_GREEDY, do_sample=False, num_beams=1,
+                              eos_token_id=None, pad_token_id=0)[0, mf.N_TOKENS:]
+    greedy, margin = mf.greedy_no_cache(m64, ids, mf.N_GREEDY)
+    assert gen.tolist() == greedy.tolist(), (gen.tolist(), greedy.tolist())
+    E, k, renorm = mmf.router_info(loaded)
+    layers = mmf.moe_layers(loaded)
+    full = torch.cat([ids, greedy])[None]
+    st = mmf.routing_stats(mmf.router_logits_of(m64, full), k, E, layers)
+    st32 = mmf.routing_stats(mmf.router_logits_of(loaded, full), k, E, layers)
+    assert all(torch.equal(a, b) for a, b in zip(st["selected"], st32["selected"]))
+    for li in map(str, layers):
+        assert min(st["expert_counts"][li]) > 0, (li, st["expert_counts"])
+        assert st["distinct_topk_sets"][li] >= 4, (li, st["distinct_topk_sets"])
+    assert st["min_gap_kth_vs_next"] >= mmf.MIN_ROUTER_GAP, st["min_gap_kth_vs_next"]
+    block = mmf.check_moe_block(m64, {n: torch.from_numpy(a) for n, a in disk.items()}, ids[None], False)
+    mmf.set_router_patch(False)
+    assert not renorm
+    info = {
+        "name": ALL_SPARSE_DIR,
+        "why": "qwen2_moe_tiny has a dense layer (mlp_only_layers [1]); llama.cpp's qwen2moe cannot "
+               "hold one (its converter has no name for model.layers.N.mlp.{gate,up,down}_proj and its "
+               "loader and graph make every layer a routed MoE + shared expert), so this fixture is "
+               "converted from an all-sparse variant instead",
+        "built_as": "tools/make_moe_fixtures.py SPECS['qwen2_moe_tiny'] with mlp_only_layers = [] "
+                    "(every layer sparse, decoder_sparse_step 1), same seed (1030), same init "
+                    "(make_moe_fixtures.moe_init_weights), saved like a fixture (save_pretrained + "
+                    "write_hub_config) to a temporary directory named " + ALL_SPARSE_DIR +
+                    " (not kept; general.name comes from that name) and converted from there",
+        "config": {k_: hub_cfg[k_] for k_ in sorted(hub_cfg)
+                   if k_ not in ("architectures", "transformers_version")},
+        "tensors_equal_to_qwen2_moe_tiny": same,
+        "tensors_equal_to_qwen2_moe_tiny_note": "init_weights draws the parameters in order from one "
+                                                "generator (the 3-D expert tensors from a second one), so "
+                                                "what is drawn before layer 1's mlp is identical; every "
+                                                "other tensor differs from qwen2_moe_tiny's",
+        "tokens": "tokens.txt = qwen2_moe_tiny/tokens.txt (the same seed + 1 draw)",
+        "hf_float64_logits_abs_max": float(logits.abs().max()),
+        "hf_greedy": greedy.tolist(),
+        "hf_greedy_min_top1_top2_margin": margin,
+        "hf_generate_equals_greedy": True,
+        "moe_block_check_max_abs_diff": block,
+        "router": {"num_experts": E, "top_k": k, "moe_layers": layers, "renormalize_topk": False,
+                   "expert_load": st["expert_counts"], "distinct_topk_sets": st["distinct_topk_sets"],
+                   "min_gap_kth_vs_next_prob": st["min_gap_kth_vs_next"], "routing_f32_equals_f64": True,
+                   "positions": "tokens.txt + hf_greedy (32 positions), float64 model"},
+        "n_params": sum(p.numel() for p in loaded.parameters()),
+    }
+    return hf_dir, ids, logits, greedy.tolist(), info
+
+
 # ---------------------------------------------------------------------------------------------
-# Conversion (convert_hf_to_gguf.py's steps for these two classes).
+# Conversion (convert_hf_to_gguf.py's steps for these classes).
 
 def qtype_for(gname, arr, ftype):
     """ModelBase.prepare_tensors' choice; returns (type, note)."""
     if arr.ndim <= 1 or gname.endswith("_norm.weight"):
         return Q.F32, None
-    if ".ffn_gate_inp." in gname:
+    if ".ffn_gate_inp." in gname or ".ffn_gate_inp_shexp." in gname:   # FFN_GATE_INP(_SHEXP)
         return Q.F32, None
     if ftype == gguf.LlamaFileType.ALL_F32:
         return Q.F32, None
@@ -208,6 +341,8 @@ def add_metadata_params(w, cfg, hf_head_dim, arch, ftype, mixtral):
         w.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
     else:
         w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
+        if getattr(cfg, "shared_expert_intermediate_size", None) is not None:   # Qwen2MoeModel
+            w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
 
 
 def write_gguf(path, hf_dir, hub, order, cfg, spec, variant):
@@ -290,7 +425,9 @@ def hub_from_gguf(tensors, cfg, arch):
            "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
            "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
            "ffn_norm": "post_attention_layernorm",
-           "ffn_gate_inp": "block_sparse_moe.gate" if mixtral else "mlp.gate"}
+           "ffn_gate_inp": "block_sparse_moe.gate" if mixtral else "mlp.gate",
+           "ffn_gate_inp_shexp": "mlp.shared_expert_gate", "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+           "ffn_up_shexp": "mlp.shared_expert.up_proj", "ffn_down_shexp": "mlp.shared_expert.down_proj"}
     exps = {"ffn_gate_exps": "w1" if mixtral else "gate_proj", "ffn_up_exps": "w3" if mixtral else "up_proj",
             "ffn_down_exps": "w2" if mixtral else "down_proj"}
     out = {}
@@ -299,7 +436,7 @@ def hub_from_gguf(tensors, cfg, arch):
             out[top[name]] = a
             continue
         blk, b, kind, suffix = name.split(".")
-        assert blk == "blk" and suffix == "weight", name
+        assert blk == "blk" and (suffix == "weight" or (suffix == "bias" and kind in BIASED)), name
         b = int(b)
         if kind in exps:
             assert a.shape[0] == E, (name, a.shape)
@@ -310,8 +447,11 @@ def hub_from_gguf(tensors, cfg, arch):
             a = mf.from_gguf_rope_order(a, cfg.num_attention_heads)
         elif mixtral and kind == "attn_k":
             a = mf.from_gguf_rope_order(a, cfg.num_key_value_heads)
-        out[f"model.layers.{b}.{per[kind]}.weight"] = a
+        out[f"model.layers.{b}.{per[kind]}.{suffix}"] = a
     return out
+
+
+BIASED = ("attn_q", "attn_k", "attn_v")   # qwen2moe: q/k/v biases (blk.N.attn_{q,k,v}.bias)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,7 +487,8 @@ def gguf_forward(meta, tensors, ids):
     D = meta.get(f"{arch}.attention.key_length", C // H)
     eps, theta = k("attention.layer_norm_rms_epsilon"), k("rope.freq_base")
     E, K = k("expert_count"), k("expert_used_count")
-    neox = {"llama": False, "qwen3moe": True}[arch]
+    neox = {"llama": False, "qwen3moe": True, "qwen2moe": True}[arch]
+    norm_w = arch != "qwen2moe"      # build_moe_ffn's norm_w: true for llama / qwen3moe, false for qwen2moe
     W = {n: a for n, _, _, a in tensors}
     T = len(ids)
     x = W["token_embd.weight"][ids]
@@ -356,9 +497,11 @@ def gguf_forward(meta, tensors, ids):
     for b in range(L):
         p = lambda s: W[f"blk.{b}.{s}.weight"]
         h = rms(x, p("attn_norm"), eps)
-        q = (h @ p("attn_q").T).reshape(T, H, D)
-        kk = (h @ p("attn_k").T).reshape(T, KV, D)
-        v = (h @ p("attn_v").T).reshape(T, KV, D)
+        q, kk, v = h @ p("attn_q").T, h @ p("attn_k").T, h @ p("attn_v").T
+        if f"blk.{b}.attn_q.bias" in W:                  # qwen2moe: q/k/v biases
+            q, kk, v = (q + W[f"blk.{b}.attn_q.bias"], kk + W[f"blk.{b}.attn_k.bias"],
+                        v + W[f"blk.{b}.attn_v.bias"])
+        q, kk, v = q.reshape(T, H, D), kk.reshape(T, KV, D), v.reshape(T, KV, D)
         if f"blk.{b}.attn_q_norm.weight" in W:
             q, kk = rms(q, p("attn_q_norm"), eps), rms(kk, p("attn_k_norm"), eps)
         q, kk = rope(q, theta, neox), rope(kk, theta, neox)
@@ -380,30 +523,46 @@ def gguf_forward(meta, tensors, ids):
         for t in range(T):
             sel = np.argsort(-pr[t], kind="stable")[:K]
             routes[-1].append(sorted(int(e) for e in sel))
-            wts = pr[t, sel] / pr[t, sel].sum()          # norm_w = true
+            wts = pr[t, sel] / pr[t, sel].sum() if norm_w else pr[t, sel]
             for e, we in zip(sel, wts):
                 gt = p("ffn_gate_exps")[e] @ h[t]
                 up = p("ffn_up_exps")[e] @ h[t]
                 y[t] += we * (p("ffn_down_exps")[e] @ (gt / (1 + np.exp(-gt)) * up))
+        if f"blk.{b}.ffn_gate_inp_shexp.weight" in W:   # qwen2moe shared expert, sigmoid-gated
+            gs = h @ p("ffn_gate_inp_shexp").reshape(-1)   # ne [C, 1] (or [C]) -> (T,)
+            gt, up = h @ p("ffn_gate_shexp").T, h @ p("ffn_up_shexp").T
+            y = y + (1 / (1 + np.exp(-gs)))[:, None] * ((gt / (1 + np.exp(-gt)) * up) @ p("ffn_down_shexp").T)
         x = x + y
-    return rms(x, W["output_norm.weight"], eps) @ W["output.weight"].T, gap, routes
+    out = W.get("output.weight", W["token_embd.weight"])   # no output.weight: tied (token_embd)
+    return rms(x, W["output_norm.weight"], eps) @ out.T, gap, routes
 
 
 # ---------------------------------------------------------------------------------------------
 
-def expected_ne(cfg, mixtral):
+def expected_ne(cfg, arch):
+    mixtral, qwen2moe = arch == gguf.MODEL_ARCH.LLAMA, arch == gguf.MODEL_ARCH.QWEN2MOE
     C, V, H, KV = cfg.hidden_size, cfg.vocab_size, cfg.num_attention_heads, cfg.num_key_value_heads
-    D = C // H if mixtral else cfg.head_dim
+    D = C // H if mixtral or qwen2moe else cfg.head_dim
     E = cfg.num_local_experts if mixtral else cfg.num_experts
     Fe = cfg.intermediate_size if mixtral else cfg.moe_intermediate_size
-    ne = {"token_embd.weight": [C, V], "output_norm.weight": [C], "output.weight": [C, V]}
+    ne = {"token_embd.weight": [C, V], "output_norm.weight": [C]}
+    if not cfg.tie_word_embeddings:        # tied: no lm_head.weight in the checkpoint, no output.weight
+        ne["output.weight"] = [C, V]
     for b in range(cfg.num_hidden_layers):
         ne.update({f"blk.{b}.attn_norm.weight": [C], f"blk.{b}.attn_q.weight": [C, H * D],
                    f"blk.{b}.attn_k.weight": [C, KV * D], f"blk.{b}.attn_v.weight": [C, KV * D],
                    f"blk.{b}.attn_output.weight": [H * D, C], f"blk.{b}.ffn_norm.weight": [C],
                    f"blk.{b}.ffn_gate_inp.weight": [C, E], f"blk.{b}.ffn_gate_exps.weight": [C, Fe, E],
                    f"blk.{b}.ffn_up_exps.weight": [C, Fe, E], f"blk.{b}.ffn_down_exps.weight": [Fe, C, E]})
-        if not mixtral:
+        if qwen2moe:
+            Fs = cfg.shared_expert_intermediate_size
+            ne.update({f"blk.{b}.attn_q.bias": [H * D], f"blk.{b}.attn_k.bias": [KV * D],
+                       f"blk.{b}.attn_v.bias": [KV * D],
+                       # HF shared_expert_gate.weight is (1, C); the converter keeps it 2-D: ne [C, 1]
+                       f"blk.{b}.ffn_gate_inp_shexp.weight": [C, 1],
+                       f"blk.{b}.ffn_gate_shexp.weight": [C, Fs], f"blk.{b}.ffn_up_shexp.weight": [C, Fs],
+                       f"blk.{b}.ffn_down_shexp.weight": [Fs, C]})
+        elif not mixtral:
             ne.update({f"blk.{b}.attn_q_norm.weight": [D], f"blk.{b}.attn_k_norm.weight": [D]})
     return ne
 
@@ -422,11 +581,18 @@ def make_one(name, models_root, out_root):
     spec = SPECS[name]
     src, model_cls, arch, permute, _ = spec
     mixtral = arch == gguf.MODEL_ARCH.LLAMA
-    hf_dir = models_root / src
+    qwen2moe = arch == gguf.MODEL_ARCH.QWEN2MOE
     out = out_root / f"{name}_gguf"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
+    tmp = None
+    if qwen2moe:
+        tmp = tempfile.TemporaryDirectory()
+        hf_dir, ids, hf_logits, hf_greedy, variant_info = build_all_sparse_qwen2_moe(models_root / src,
+                                                                                     Path(tmp.name))
+    else:
+        hf_dir = models_root / src
 
     model = model_cls.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager",
                                       experts_implementation="eager").eval()
@@ -434,18 +600,20 @@ def make_one(name, models_root, out_root):
     E = cfg.num_local_experts if mixtral else cfg.num_experts
     hub = read_hub(hf_dir / "model.safetensors")
     order = read_header_order(hf_dir / "model.safetensors")
+    assert order == sorted(order)   # the converter iterates by name (gguf.utility.SafetensorsLocal)
     # from_hub is the exact inverse of make_moe_fixtures.to_hub and gives the model's own tensors.
     mem = from_hub(hub, mixtral, cfg.num_hidden_layers, E)
     back = mmf.to_hub(mem, mixtral)
     assert sorted(back) == sorted(hub) and all(np.array_equal(back[k].numpy(), hub[k]) for k in hub)
-    sd = model.state_dict()
-    assert sorted(sd) == sorted(mem), sorted(set(sd) ^ set(mem))
-    assert all(torch.equal(sd[k], mem[k]) for k in sd)
+    sd, full_mem = model.state_dict(), with_tied_head(mem, cfg)
+    assert sorted(sd) == sorted(full_mem), sorted(set(sd) ^ set(full_mem))
+    assert all(torch.equal(sd[k], full_mem[k]) for k in sd)
 
-    shutil.copyfile(hf_dir / "tokens.txt", out / "tokens.txt")
-    ids = torch.tensor([int(t) for t in (hf_dir / "tokens.txt").read_text().split()])
-    hf_logits = torch.from_numpy(np.fromfile(hf_dir / "logits.bin", dtype="<f4").reshape(len(ids), -1))
-    hf_greedy = [int(t) for t in (hf_dir / "greedy.txt").read_text().split()]
+    shutil.copyfile(models_root / src / "tokens.txt", out / "tokens.txt")
+    if not qwen2moe:
+        ids = torch.tensor([int(t) for t in (hf_dir / "tokens.txt").read_text().split()])
+        hf_logits = torch.from_numpy(np.fromfile(hf_dir / "logits.bin", dtype="<f4").reshape(len(ids), -1))
+        hf_greedy = [int(t) for t in (hf_dir / "greedy.txt").read_text().split()]
     Fe = cfg.intermediate_size if mixtral else cfg.moe_intermediate_size
     bs = gguf.GGML_QUANT_SIZES[Q.Q8_0][0]
     meta = {
@@ -474,6 +642,44 @@ def make_one(name, models_root, out_root):
                      "numpy": np.__version__},
         "files": {},
     }
+    if qwen2moe:
+        Fs = cfg.shared_expert_intermediate_size
+        assert "~2e-6 from a true float64 forward" in meta["reference"]
+        meta.update({
+            "source": f"{ALL_SPARSE_DIR} (all-sparse variant of {src}, see source_variant)",
+            "source_files": [f"{src}/tokens.txt (the variant's weights are drawn in memory)"],
+            "router_in_llama_cpp": "build_moe_ffn: softmax over all experts -> top-k -> the k "
+                                   "probabilities as they are (norm_w = false, hard-coded in the qwen2moe "
+                                   "graph; no expert_weights_norm key), summed with the shared expert: "
+                                   "sigmoid(ffn_gate_inp_shexp . x) * ffn_down_shexp(silu(ffn_gate_shexp x) "
+                                   "* ffn_up_shexp x), in every layer",
+            "independent_check": "a float64 numpy forward of the file as stored with llama.cpp's qwen2moe "
+                                 "graph (q/k/v biases, RoPE NEOX, build_moe_ffn routing without "
+                                 "renormalisation, sigmoid-gated shared expert, output = token_embd), on "
+                                 "tokens + greedy (32 positions)",
+            "reference": meta["reference"].replace("~2e-6 from a true float64 forward", "~1e-5 from a true "
+                                                   "float64 forward (q/k biases make RoPE's float32 tables "
+                                                   "count more)"),
+            "hf_fixture_note": "files.*.max_abs_diff_vs_hf_fixture_logits / greedy_equals_hf_fixture compare "
+                               "with the variant's own transformers float64 logits / greedy "
+                               "(source_variant; no logits.bin on disk), not with qwen2_moe_tiny's",
+            "tied_embeddings": "no output.weight: the checkpoint has no lm_head.weight and the converter "
+                               "writes only what it has; the output projection is token_embd",
+            "source_variant": variant_info,
+            "llama_cpp_limitations": [
+                "dense layers: not representable in qwen2moe (see source_variant.why); a qwen2_moe "
+                "checkpoint with mlp_only_layers or decoder_sparse_step > 1 fails to convert (ValueError "
+                "'Can not map tensor ...mlp.down_proj.weight')",
+                "tied embeddings: llama.cpp's qwen2moe loader creates output.weight as required (no "
+                "token_embd fallback, unlike qwen2), so llama.cpp itself would refuse this file "
+                "('missing tensor output.weight'); real Qwen2-MoE checkpoints are untied",
+                "ffn_gate_inp_shexp: ne [64, 1] as the current converter writes the (1, 64) HF weight "
+                "(no squeeze); converters that squeezed wrote ne [64]; llama.cpp accepts both "
+                "(expects {n_embd}, trailing dims 1)",
+            ],
+        })
+        meta["q8_0_block_dims"].update({"shared_expert_ffn": Fs,
+                                        "shared_expert_ffn_multiple_of_32": Fs % bs == 0})
     mmf.set_router_patch(True)
     for variant in VARIANTS:
         path = out / f"model-{variant}.gguf"
@@ -484,7 +690,7 @@ def make_one(name, models_root, out_root):
 
         # Round trip: the file read back must be exactly the weights the writer encoded.
         gmeta, tensors = read_gguf(path)
-        want_ne = expected_ne(cfg, mixtral)
+        want_ne = expected_ne(cfg, arch)
         got_ne = {n: ne for n, ne, _, _ in tensors}
         assert got_ne == want_ne, (sorted(set(got_ne) ^ set(want_ne)),
                                    {n: (got_ne[n], want_ne[n]) for n in got_ne
@@ -497,8 +703,8 @@ def make_one(name, models_root, out_root):
         assert gmeta["general.file_type"] == int(VARIANTS[variant])
 
         m64 = copy.deepcopy(model).double()
-        m64.load_state_dict(from_hub({k: torch.from_numpy(v) for k, v in rebuilt.items()},
-                                     mixtral, cfg.num_hidden_layers, E), strict=True)
+        m64.load_state_dict(with_tied_head(from_hub({k: torch.from_numpy(v) for k, v in rebuilt.items()},
+                                                    mixtral, cfg.num_hidden_layers, E), cfg), strict=True)
         with torch.no_grad():
             logits = m64(ids[None]).logits[0]
         mf.write_f32(out / f"logits-{variant}.bin", logits.numpy())
@@ -546,6 +752,8 @@ def make_one(name, models_root, out_root):
               f"types {meta['files'][path.name]['type_counts']}")
     mmf.set_router_patch(False)
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    if tmp is not None:
+        tmp.cleanup()
     size = sum(p.stat().st_size for p in out.iterdir())
     assert size < 1_500_000, size
     print(f"{out}: {size} bytes")

@@ -73,12 +73,13 @@ struct MoeCase {
 
 // The HF fixtures, and their GGUF forms (tools/make_moe_gguf_fixtures.py: llama.cpp's names, the
 // experts stacked in 3-D tensors; f32, and Q8_0 experts and projections kept quantized, each
-// against transformers on the weights the file holds).
+// against transformers on the weights the file holds; qwen2moe from an all-sparse variant of
+// qwen2_moe_tiny, as llama.cpp's qwen2moe has no dense layers).
 std::vector<MoeCase> moe_cases() {
   std::vector<MoeCase> out;
   for (const char* n : {"mixtral_tiny", "qwen2_moe_tiny", "qwen3_moe_tiny", "qwen3_tiny"})
     out.push_back({n, model_fixture(n), model_fixture(n), "logits.bin", "greedy.txt"});
-  for (const char* n : {"mixtral_tiny_gguf", "qwen3_moe_tiny_gguf"})
+  for (const char* n : {"mixtral_tiny_gguf", "qwen3_moe_tiny_gguf", "qwen2_moe_tiny_gguf"})
     for (const char* q : {"f32", "q8_0"}) {
       const std::string dir = model_fixture(n);
       out.push_back({std::string(n) + "_" + q, dir, dir + "/model-" + q + ".gguf", std::string("logits-") + q + ".bin",
