@@ -1,7 +1,7 @@
 // Mixture-of-experts training with expert parallelism carved out of data parallelism: a tiny
 // Mixtral (5 experts, top 2; uneven over 2 and 4 EP ranks) trained on real text for 4 steps at
-// (tp, dp, ep) = (1, 2, 2), (2, 2, 2), (1, 4, 2), (1, 4, 4) takes the same losses, gradient norms
-// and parameters as the same tp and dp without EP (summation order only), every expert is
+// (tp, dp, ep) = (1, 2, 2), (2, 2, 2), (3, 2, 2), (1, 4, 2), (1, 4, 4) takes the same losses,
+// gradient norms and parameters as the same tp and dp without EP (summation order only), every expert is
 // held by exactly one rank of each EP group with equal copies over the expert-data-parallel
 // group, and a checkpoint written at ep 2 (each EP rank writing its experts) resumes at tp 2 x dp 1
 // without EP to the same parameters.
@@ -81,7 +81,7 @@ TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
   MoeRun saved;
   // Each EP run against the run of its own tp and dp without EP (TP sizes differ in summation
   // order, which Adam's first steps amplify in tiny gradient components).
-  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{1, 4}}) {
+  for (const auto& [tp, dp] : {std::pair{1, 2}, std::pair{2, 2}, std::pair{3, 2}, std::pair{1, 4}}) {
     const MoeRun base = train(tp, dp, 1, corpus, o);
     ASSERT_EQ(base.logs.size(), 4u);
     EXPECT_LT(base.logs.back().loss, base.logs.front().loss);
