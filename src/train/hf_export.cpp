@@ -28,6 +28,42 @@ Tensor transposed(const Tensor& t) {
 constexpr const char* kConfigKey = "config";
 constexpr const char* kInterleavedConfigKey = "config_interleaved_rope";
 constexpr const char* kLayoutKey = "tensorpar_rope_layout";
+// Gemma 3 norm weights as the run holds them: 1 = HF's (w, applied as 1 + w), 0 = llama.cpp's
+// (1 + w stored, a GGUF run). HF files always hold w; export converts.
+constexpr const char* kNormOffsetKey = "tensorpar_norm_weight_offset";
+
+// Gemma3ForCausalLM's config.json ("gemma3_text"), with every key model_config.cpp reads back.
+nlohmann::json gemma3_config_json(const ModelConfig& c) {
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int64_t l = 0; l < c.n_layers; ++l) layer_types.push_back(c.is_sliding(l) ? "sliding_attention" : "full_attention");
+  auto rope = [](const RopeConfig& r) {
+    nlohmann::json j = {{"rope_type", "default"}, {"rope_theta", r.theta}};
+    if (r.scaling == RopeScalingType::kLinear) j["rope_type"] = "linear", j["factor"] = r.factor;
+    TP_CHECK(r.scaling != RopeScalingType::kLlama3, "[hf_config_json] Gemma 3 with llama3 RoPE scaling");
+    return j;
+  };
+  const double scalar = c.query_scale > 0 ? 1.0 / (c.query_scale * c.query_scale) : double(c.head_dim);
+  return {{"architectures", {"Gemma3ForCausalLM"}},
+          {"model_type", "gemma3_text"},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden},
+          {"num_hidden_layers", c.n_layers},
+          {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"intermediate_size", c.ffn},
+          {"max_position_embeddings", c.max_position},
+          {"rms_norm_eps", c.norm_eps},
+          {"tie_word_embeddings", c.tie_embeddings},
+          {"attention_bias", c.qkv_bias},
+          {"hidden_activation", "gelu_pytorch_tanh"},
+          {"query_pre_attn_scalar", scalar},
+          {"final_logit_softcapping", c.final_logit_softcap > 0 ? nlohmann::json(c.final_logit_softcap) : nullptr},
+          {"attn_logit_softcapping", nullptr},
+          {"sliding_window", c.sliding_window},
+          {"layer_types", layer_types},
+          {"rope_parameters", {{"full_attention", rope(c.rope)}, {"sliding_attention", rope(c.rope_local)}}}};
+}
 
 // "model.layers.N.self_attn.{q,k}_proj.{weight,bias}": rows in llama.cpp's order in a GGUF llama run.
 bool is_qk_projection(const std::string& name) {
@@ -39,7 +75,9 @@ bool is_qk_projection(const std::string& name) {
 
 nlohmann::json hf_config_json(const ModelConfig& c) {
   nlohmann::json j;
-  if (c.family == ArchFamily::kGpt2) {
+  if (c.family == ArchFamily::kGemma3) {
+    j = gemma3_config_json(c);
+  } else if (c.family == ArchFamily::kGpt2) {
     j = {{"architectures", {"GPT2LMHeadModel"}},
          {"model_type", "gpt2"},
          {"vocab_size", c.vocab_size},
@@ -119,6 +157,7 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
 void store_model_config(nlohmann::json& state, const ModelConfig& c) {
   if (c.rope.layout == RopeLayout::kHalfSplit) {
     state[kConfigKey] = hf_config_json(c);
+    if (c.family == ArchFamily::kGemma3) state[kConfigKey][kNormOffsetKey] = c.norm_weight_offset;
     return;
   }
   ModelConfig half = c;
@@ -140,6 +179,7 @@ ModelConfig stored_model_config(const nlohmann::json& state, const std::string& 
   TP_CHECK(layout == "half_split" || layout == "interleaved", "[stored_model_config] checkpoint ",
            where, ": ", kLayoutKey, " '", layout, "', expected 'half_split' or 'interleaved'");
   c.rope.layout = layout == "interleaved" ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
+  if (c.family == ArchFamily::kGemma3) c.norm_weight_offset = j.value(kNormOffsetKey, 1.0f);
   return c;
 }
 
@@ -180,6 +220,11 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out_dir, DTy
     const std::string name = stored.substr(prefix.size());
     Tensor t = r.read_full(stored);
     if (gguf_rows && is_qk_projection(name)) t = gguf_qk_rows_to_hf(t, c.head_dim);
+    // A GGUF Gemma run holds its norm weights as 1 + w; HF files hold w.
+    if (c.family == ArchFamily::kGemma3 && c.norm_weight_offset == 0.0f && name.ends_with("norm.weight")) {
+      float* v = t.data<float>();
+      for (int64_t i = 0; i < t.numel(); ++i) v[i] -= 1.0f;
+    }
     if (c.family == ArchFamily::kGpt2) {
       const auto qkv = name.find(".attn.c_attn.");
       if (qkv != std::string::npos) continue;  // assembled per layer below

@@ -197,6 +197,66 @@ TEST(Export, GgufLlamaRunBecomesPlainHfDirectory) {
   fs::remove_all(root);
 }
 
+// A Gemma 3 run's checkpoint and export carry Gemma's config (layer types, window, query scale,
+// soft-capping, both RoPE bases), and the norm convention: a run holding norm weights as 1 + w
+// (a GGUF Gemma, offset 0) exports HF's w. Both exports give the fixture's weights and logits.
+TEST(Export, Gemma3RunKeepsItsConfigAndNormConvention) {
+  for (const char* name : {"gemma3_tiny", "gemma3_pattern"})
+    for (const float offset : {1.0f, 0.0f}) {
+      SCOPED_TRACE(std::string(name) + " offset " + std::to_string(offset));
+      const std::string src = model_fixture(name), root = fresh_dir("gemma"), out = root + "/hf";
+      const ModelConfig ref = read_model_config(src);
+      ModelConfig held = ref;
+      held.norm_weight_offset = offset;
+      run_model_ranks(2, [&](Communicator& world) {
+        auto m = load_model(src, world);
+        AdamW opt(AdamWConfig{});
+        std::vector<ParamShard> params = m->parameters();
+        if (offset == 0.0f)  // as llama.cpp's converter stores them
+          for (ParamShard& p : params)
+            if (p.name.ends_with("norm.weight")) {
+              float* v = p.value->data<float>();
+              for (int64_t i = 0; i < p.value->numel(); ++i) v[i] += 1.0f;
+            }
+        nlohmann::json state = nlohmann::json::object();
+        store_model_config(state, held);
+        save_checkpoint(root, 0, params, opt, world, state);
+      });
+      const ModelConfig stored = stored_model_config(ShardedCheckpointReader(root).state(), root);
+      EXPECT_EQ(stored.norm_weight_offset, offset);
+      EXPECT_GT(export_hf(root, out), 0);
+      const ModelConfig back = read_model_config(out);
+      EXPECT_EQ(back.summary(), ref.summary());
+      EXPECT_EQ(back.layer_sliding, ref.layer_sliding);
+      EXPECT_EQ(back.sliding_window, ref.sliding_window);
+      EXPECT_NEAR(back.query_scale, ref.query_scale, 1e-12);
+      EXPECT_EQ(back.final_logit_softcap, ref.final_logit_softcap);
+      EXPECT_EQ(back.rope_local.theta, ref.rope_local.theta);
+      EXPECT_EQ(back.norm_weight_offset, 1.0f);
+      auto want = SafetensorsFile::open(src + "/model.safetensors");
+      auto got = SafetensorsFile::open(out + "/model.safetensors");
+      for (const TensorInfo& ti : want->tensors()) {
+        ASSERT_TRUE(got->find(ti.name).has_value()) << ti.name;
+        EXPECT_LE(max_abs_diff(got->read(ti.name).to_vector(), want->read(ti.name).to_vector()), 2.5e-7) << ti.name;
+      }
+      const std::vector<int64_t> ids = read_numbers<int64_t>(src + "/tokens.txt");
+      const std::vector<int32_t> tokens(ids.begin(), ids.end());
+      const int64_t T = int64_t(tokens.size());
+      std::vector<float> logits[2];
+      run_model_ranks(1, [&](Communicator& world) {
+        for (int k = 0; k < 2; ++k) {
+          auto m = load_model(k == 0 ? src : out, world);
+          Tensor l = Tensor::empty({T, m->config().vocab_size}, DType::kF32);
+          auto cache = m->make_cache(T);
+          m->forward(l, tokens, *cache, false);
+          logits[k] = l.to_vector();
+        }
+      });
+      EXPECT_LE(max_abs_diff(logits[1], logits[0]), 1e-5);
+      fs::remove_all(root);
+    }
+}
+
 // The Trainer stores a GGUF llama run's config (interleaved layout) in its checkpoints.
 TEST(Trainer, CheckpointOfGgufRunHasItsConfig) {
   const std::string root = fresh_dir("trainer");
