@@ -8,6 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev libicu-dev   # tokenizer: Split regexes, Unicode normalization
+  libxxhash-dev             # checkpoint shard checksums (XXH64)
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   clang libclang-rt-14-dev
   python3 python3-venv

@@ -1,4 +1,4 @@
-// XXH64 (Yann Collet's xxHash, 64-bit, seed 0): the checksum a checkpoint's index records for
+// XXH64 (xxHash, 64-bit, seed 0; libxxhash): the checksum a checkpoint's index records for
 // each shard file, so a corrupt or truncated shard is refused at resume instead of loaded. Fast
 // (several GB/s), and the same digest as Python's `xxhash.xxh64` for checking files by hand.
 #pragma once

@@ -45,15 +45,19 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
     kv.push_back(scaled(h.kv, HS));
     vocab.push_back(vocab_range(c.vocab_size, tp, r));
   }
-  const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, ffn_alignment(c, tensors));
+  const int64_t align = ffn_alignment(c, tensors);
+  const std::vector<Range> ffn = mlp_ffn_ranges(c.ffn, tp, align);
   const bool gpt2 = c.family == ArchFamily::kGpt2;
-  // MoE: per rank, its experts and its slice of each (empty ranges for the experts it lacks), and
-  // the shared expert's split over the whole group.
-  std::vector<ExpertSplit> splits;
-  std::vector<Range> shared;
+  // MoE: per rank, the experts it holds and its slice of each one's ffn, and the shared expert's
+  // split over the whole group.
+  std::vector<Range> owned, slice, shared;
   if (c.moe.n_experts > 0) {
-    for (int r = 0; r < tp; ++r) splits.push_back(expert_split_of(c, {ep, nullptr}, tp, r));
-    if (c.moe.shared_ffn > 0) shared = mlp_ffn_ranges(c.moe.shared_ffn, tp, ffn_alignment(c, tensors));
+    for (int r = 0; r < tp; ++r) {
+      const ExpertSplit s = expert_split_of(c, {ep, nullptr}, tp, r);
+      owned.push_back(expert_ranges(c.moe.n_experts, s.ep_size)[size_t(s.ep_rank)]);
+      slice.push_back(mlp_ffn_ranges(c.moe.expert_ffn, s.etp_size, align)[size_t(s.etp_rank)]);
+    }
+    if (c.moe.shared_ffn > 0) shared = mlp_ffn_ranges(c.moe.shared_ffn, tp, align);
   }
   std::vector<Range> expert_ffn;
   std::vector<TensorShardPlan> out;
@@ -70,26 +74,18 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       else if (has(n, "attn.c_proj.weight")) ranges = &q, dim = 0;
       else if (has(n, "mlp.c_fc")) ranges = &ffn, dim = int(t.shape.size()) - 1;
       else if (has(n, "mlp.c_proj.weight")) ranges = &ffn, dim = 0;
-    } else if (const int64_t e = expert_of(n); e >= 0 && !splits.empty()) {
+    } else if (const int64_t e = expert_of(n); e >= 0 && !owned.empty()) {
       expert_ffn.clear();
-      for (int r = 0; r < tp; ++r) {
-        const ExpertSplit& s = splits[size_t(r)];
-        const bool owns = expert_ranges(c.moe.n_experts, s.ep_size)[size_t(s.ep_rank)].contains(e);
-        expert_ffn.push_back(owns ? mlp_ffn_ranges(c.moe.expert_ffn, s.etp_size, 32)[size_t(s.etp_rank)] : Range{});
-      }
+      for (int r = 0; r < tp; ++r) expert_ffn.push_back(owned[size_t(r)].contains(e) ? slice[size_t(r)] : Range{});
       ranges = &expert_ffn;
       dim = has(n, "down_proj") || has(n, ".w2.") ? 1 : 0;
-    } else if (has(n, "_exps.") && !splits.empty() && t.shape.size() == 3) {
+    } else if (has(n, "_exps.") && !owned.empty() && t.shape.size() == 3) {
       // GGUF's stacked experts (E, rows, cols): each rank reads its experts' slices.
       p.split = "experts";
       const int64_t per_expert = t.nbytes / std::max<int64_t>(1, t.shape[0]);
-      const int64_t F = c.moe.expert_ffn;
       for (int r = 0; r < tp; ++r) {
-        const ExpertSplit& s = splits[size_t(r)];
-        const Range mine = expert_ranges(c.moe.n_experts, s.ep_size)[size_t(s.ep_rank)];
-        const Range f = mlp_ffn_ranges(F, s.etp_size, ffn_alignment(c, tensors))[size_t(s.etp_rank)];
-        p.ranges.push_back(mine);
-        p.bytes.push_back(mine.size() * per_expert * f.size() / std::max<int64_t>(1, F));
+        p.ranges.push_back(owned[size_t(r)]);
+        p.bytes.push_back(owned[size_t(r)].size() * per_expert * slice[size_t(r)].size() / c.moe.expert_ffn);
       }
       out.push_back(std::move(p));
       continue;

@@ -32,6 +32,21 @@ constexpr const char* kLayoutKey = "tensorpar_rope_layout";
 // (1 + w stored, a GGUF run). HF files always hold w; export converts.
 constexpr const char* kNormOffsetKey = "tensorpar_norm_weight_offset";
 
+// The keys the Llama-like decoders (Llama, Qwen, Mixtral, Gemma 3) name alike.
+nlohmann::json decoder_keys(const ModelConfig& c) {
+  return {{"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden},
+          {"num_hidden_layers", c.n_layers},
+          {"num_attention_heads", c.n_heads},
+          {"num_key_value_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"intermediate_size", c.ffn},
+          {"max_position_embeddings", c.max_position},
+          {"rms_norm_eps", c.norm_eps},
+          {"tie_word_embeddings", c.tie_embeddings},
+          {"attention_bias", c.qkv_bias}};
+}
+
 // Gemma3ForCausalLM's config.json ("gemma3_text"), with every key model_config.cpp reads back.
 nlohmann::json gemma3_config_json(const ModelConfig& c) {
   nlohmann::json layer_types = nlohmann::json::array();
@@ -43,26 +58,17 @@ nlohmann::json gemma3_config_json(const ModelConfig& c) {
     return j;
   };
   const double scalar = c.query_scale > 0 ? 1.0 / (c.query_scale * c.query_scale) : double(c.head_dim);
-  return {{"architectures", {"Gemma3ForCausalLM"}},
-          {"model_type", "gemma3_text"},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.hidden},
-          {"num_hidden_layers", c.n_layers},
-          {"num_attention_heads", c.n_heads},
-          {"num_key_value_heads", c.n_kv_heads},
-          {"head_dim", c.head_dim},
-          {"intermediate_size", c.ffn},
-          {"max_position_embeddings", c.max_position},
-          {"rms_norm_eps", c.norm_eps},
-          {"tie_word_embeddings", c.tie_embeddings},
-          {"attention_bias", c.qkv_bias},
-          {"hidden_activation", "gelu_pytorch_tanh"},
-          {"query_pre_attn_scalar", scalar},
-          {"final_logit_softcapping", c.final_logit_softcap > 0 ? nlohmann::json(c.final_logit_softcap) : nullptr},
-          {"attn_logit_softcapping", nullptr},
-          {"sliding_window", c.sliding_window},
-          {"layer_types", layer_types},
-          {"rope_parameters", {{"full_attention", rope(c.rope)}, {"sliding_attention", rope(c.rope_local)}}}};
+  nlohmann::json j = decoder_keys(c);
+  j.update({{"architectures", {"Gemma3ForCausalLM"}},
+            {"model_type", "gemma3_text"},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"query_pre_attn_scalar", scalar},
+            {"final_logit_softcapping", c.final_logit_softcap > 0 ? nlohmann::json(c.final_logit_softcap) : nullptr},
+            {"attn_logit_softcapping", nullptr},
+            {"sliding_window", c.sliding_window},
+            {"layer_types", layer_types},
+            {"rope_parameters", {{"full_attention", rope(c.rope)}, {"sliding_attention", rope(c.rope_local)}}}});
+  return j;
 }
 
 // "model.layers.N.self_attn.{q,k}_proj.{weight,bias}": rows in llama.cpp's order in a GGUF llama run.
@@ -97,29 +103,19 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
              "came from a GGUF llama file); it has no HF config.json form");
     const std::string type =
         c.model_type.empty() || c.model_type == "smollm2" ? "llama" : c.model_type;
-    j = {{"architectures",
-          {type == "qwen2"       ? "Qwen2ForCausalLM"
-           : type == "mistral"   ? "MistralForCausalLM"
-           : type == "qwen3"     ? "Qwen3ForCausalLM"
-           : type == "mixtral"   ? "MixtralForCausalLM"
-           : type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
-           : type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
-                                 : "LlamaForCausalLM"}},
-         {"model_type", type},
-         {"vocab_size", c.vocab_size},
-         {"hidden_size", c.hidden},
-         {"num_hidden_layers", c.n_layers},
-         {"num_attention_heads", c.n_heads},
-         {"num_key_value_heads", c.n_kv_heads},
-         {"head_dim", c.head_dim},
-         {"intermediate_size", c.ffn},
-         {"max_position_embeddings", c.max_position},
-         {"rms_norm_eps", c.norm_eps},
-         {"tie_word_embeddings", c.tie_embeddings},
-         {"hidden_act", "silu"},
-         {"attention_bias", c.qkv_bias},
-         {"mlp_bias", false},
-         {"rope_theta", c.rope.theta}};
+    j = decoder_keys(c);
+    j.update({{"architectures",
+               {type == "qwen2"       ? "Qwen2ForCausalLM"
+                : type == "mistral"   ? "MistralForCausalLM"
+                : type == "qwen3"     ? "Qwen3ForCausalLM"
+                : type == "mixtral"   ? "MixtralForCausalLM"
+                : type == "qwen2_moe" ? "Qwen2MoeForCausalLM"
+                : type == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                                      : "LlamaForCausalLM"}},
+              {"model_type", type},
+              {"hidden_act", "silu"},
+              {"mlp_bias", false},
+              {"rope_theta", c.rope.theta}});
     if (c.rope.scaling == RopeScalingType::kNone) {
       j["rope_scaling"] = nullptr;
     } else if (c.rope.scaling == RopeScalingType::kLinear) {
