@@ -226,8 +226,8 @@ def pin(cores):
     return ["taskset", "-c", ",".join(map(str, cores))]
 
 
-def run_json(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True)
+def run_json(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"decode_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
     return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
@@ -236,7 +236,7 @@ def run_json(cmd):
 def engine_cmd(engine, a, name, prompt, n):
     cores = a.cores
     if engine.startswith("tensorpar"):
-        _, tp, thr, src = engine.split()
+        _, tp, thr, src = engine.split()[:4]
         tp, thr = int(tp[2:]), int(thr[1:])
         model = model_dir(name) if src == "hf" else gguf_path(name)
         return pin(cores) + [a.bin, "generate", "--model", model, "--dtype", "bf16", "--tp", str(tp),
@@ -249,8 +249,14 @@ def engine_cmd(engine, a, name, prompt, n):
                          "--max-tokens", str(n), "--threads", str(len(cores))]
 
 
+# "no-amx": the same build with TENSORPAR_NO_AMX=1, i.e. bf16 weights through the AVX-512 row-wise
+# kernel instead of AMX tiles (on a CPU without AMX both rows measure the same path).
 ENGINES = ["tensorpar tp1 x2 hf", "tensorpar tp2 x1 hf", "tensorpar tp1 x2 gguf", "tensorpar tp2 x1 gguf",
-           "llama.cpp", "pytorch"]
+           "tensorpar tp1 x2 hf no-amx", "llama.cpp", "pytorch"]
+
+
+def engine_env(engine):
+    return dict(os.environ, TENSORPAR_NO_AMX="1") if engine.endswith("no-amx") else None
 
 
 def weight_bytes(name):
@@ -300,7 +306,7 @@ def run(a):
             order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]  # rotate who goes first
             for e in order:
                 for kind, prompt, n in (("decode", decode_prompt, a.max_tokens), ("prefill", prefill_prompt, 1)):
-                    r = run_json(engine_cmd(e, a, s, prompt, n))
+                    r = run_json(engine_cmd(e, a, s, prompt, n), engine_env(e))
                     for k in ("version", "system_info"):
                         if k in r:
                             versions[e if k == "version" else "llama.cpp system_info"] = r.pop(k)

@@ -15,14 +15,20 @@
 #include <cstdio>
 #include <cstring>
 #include <dnnl.hpp>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "core/threading.h"
+#include "kernels/cpu/amx_matmul.h"
+#include "kernels/cpu/avx512bf16_matmul.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rowwise_matmul.h"
 
 namespace tensorpar {
 
@@ -31,6 +37,8 @@ namespace {
 struct GemmBenchOptions {
   bool json = false;
   bool quick = false;
+  bool inference = false;
+  bool quant = false;
   int threads = 0;
 };
 
@@ -211,11 +219,26 @@ void print_row(const Row& r, bool json) {
   std::fflush(stdout);
 }
 
+// The last-level cache's bytes as Linux reports them (index3, else the highest index), or 32 MiB.
+int64_t last_level_cache_bytes() {
+  for (int index = 3; index >= 2; --index) {
+    std::FILE* f = std::fopen(("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size").c_str(), "r");
+    if (!f) continue;
+    long long v = 0;
+    char unit = 0;
+    const int got = std::fscanf(f, "%lld%c", &v, &unit);
+    std::fclose(f);
+    if (got >= 1 && v > 0) return v << (unit == 'K' ? 10 : unit == 'M' ? 20 : 0);
+  }
+  return int64_t(32) << 20;
+}
+
 // Weight copies for small M: decode streams weights from memory, so we rotate through enough
-// copies (>= 64 MiB, twice this machine's L3) that no call finds its weight in cache.
+// copies (twice the last-level cache, at most 64 copies) that no call finds its weight in cache.
 int64_t weight_copies(int64_t m, int64_t weight_bytes) {
   if (m > 16) return 1;
-  return std::clamp<int64_t>((int64_t(64) << 20) / std::max<int64_t>(1, weight_bytes) + 1, 1, 64);
+  static const int64_t llc = last_level_cache_bytes();
+  return std::clamp<int64_t>(2 * llc / std::max<int64_t>(1, weight_bytes) + 1, 1, 64);
 }
 
 std::vector<Tensor> copies_of(const Tensor& w, int64_t n) {
@@ -253,6 +276,115 @@ Row bench_shape(MatmulEngine& eng, DType wt, int64_t M, int64_t N, int64_t K, ui
 struct NK {
   int64_t n, k;
 };
+
+// --inference: the batch-invariant kernels inference multiplies bf16 weights with, side by side on
+// the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the AVX-512 row-wise
+// kernel (f32 activations), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16 activations)
+// where the CPU has them. Weight GB/s (weight bytes / time: what decode is bound by) and GFLOP/s.
+void run_inference_bench(const GemmBenchOptions& opt) {
+  apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
+  const bool amx = amx_bf16_usable(), dot = avx512_bf16_usable();
+  std::printf("inference bf16 weights, %d thread(s): rowwise (AVX-512, f32 activations), avx512bf16 (%s), amx (%s); "
+              "GB/s of weights and GFLOP/s, medians of 7 samples\n",
+              current_num_threads(), dot ? "bf16 activations" : "not on this CPU",
+              amx ? "bf16 activations" : "not on this CPU");
+  std::printf("%5s %6s %5s %14s %14s %14s\n", "M", "N", "K", "rowwise GB|GF", "bf16dot GB|GF", "amx GB|GF");
+  std::vector<NK> shapes = {{3072, 2048}, {11264, 2048}, {2048, 5632}};
+  std::vector<int64_t> ms = {1, 4, 16, 64, 256, 840};
+  if (opt.quick) shapes = {{1536, 576}}, ms = {1, 16};
+  uint64_t seed = 500;
+  for (const int64_t M : ms)
+    for (const NK s : shapes) {
+      const int64_t N = s.n, K = s.k;
+      const Tensor in = Tensor::from_f32({M, K}, random_values(M * K, ++seed), DType::kF32);
+      const Tensor w = Tensor::from_f32({N, K}, random_values(N * K, ++seed), DType::kBF16);
+      Tensor out = Tensor::zeros({M, N}, DType::kF32);
+      const std::vector<Tensor> ws = copies_of(w, weight_copies(M, w.nbytes()));
+      const std::shared_ptr<void> scratch =
+          aligned_alloc_shared(std::max(amx_bf16_scratch_bytes(M, K), avx512bf16_scratch_bytes(M, K)));
+      size_t i = 0;
+      auto row_s = [&] { return seconds_per_call([&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); }); };
+      auto dot_s = [&] {
+        return seconds_per_call(
+            [&] { avx512bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
+      };
+      auto amx_s = [&] {
+        return seconds_per_call([&] { amx_bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
+      };
+      const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
+      const double t[3] = {row_s(), dot ? dot_s() : 0.0, amx ? amx_s() : 0.0};
+      std::printf("%5lld %6lld %5lld", (long long)M, (long long)N, (long long)K);
+      for (double x : t) {
+        if (x > 0)
+          std::printf(" %6.1f|%7.1f", gb / x, gf / x);
+        else
+          std::printf(" %14s", "-");
+      }
+      std::printf("\n");
+      std::fflush(stdout);
+    }
+}
+
+// A block-quantized (N,K) weight for speed runs: legacy types quantized from random values; the
+// K-quants (no quantizer here) random bytes with their f16 scale fields set to small normal
+// values, so that no NaN or subnormal scale changes the float path's speed.
+Tensor random_quant_weight(DType t, int64_t N, int64_t K, uint64_t seed) {
+  Tensor w = Tensor::empty({N, K}, t);
+  if (!dtype_is_kquant(t)) {
+    const std::vector<float> v = random_values(N * K, seed);
+    quantize_row(w.raw(), v.data(), t, N * K);
+    return w;
+  }
+  auto* p = static_cast<uint8_t*>(w.raw());
+  const std::vector<float> v = random_values(w.nbytes(), seed);
+  for (int64_t i = 0; i < w.nbytes(); ++i) p[i] = uint8_t(int(v[size_t(i)] * 127.0f) & 0xff);
+  const std::vector<int> scale_offsets = t == DType::kQ6_K ? std::vector<int>{208} : std::vector<int>{0, 2};
+  const uint16_t h = f32_to_f16(0.001f).bits;
+  for (int64_t b = 0; b < w.nbytes() / dtype_block_bytes(t); ++b)
+    for (int off : scale_offsets) std::memcpy(p + b * dtype_block_bytes(t) + off, &h, 2);
+  return w;
+}
+
+// --quant: the batch-invariant inference kernels for GGUF weights side by side: row-wise AVX-512
+// (weights dequantized in registers or an L1 buffer, f32 activations) and the int8 kernel
+// (activations rounded to 8 bits, VNNI integer dots). Shapes: the default model's (C 576, F 1536)
+// and the 0.7B's (fused q/k/v 3072 x 2048, fused gate/up 11264 x 2048, down 2048 x 5632).
+// Weight GB/s (the quantized bytes / time: what decode is bound by) and GFLOP/s.
+void run_quant_bench(const GemmBenchOptions& opt) {
+  apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
+  std::printf("inference GGUF weights, %d thread(s): rowwise (AVX-512, f32 activations) and int8 (%s); "
+              "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
+              current_num_threads(), int8_matmul_usable(DType::kQ4_0) ? "AVX512-VNNI" : "not on this CPU");
+  std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
+  std::vector<NK> shapes = {{1536, 576}, {576, 1536}, {3072, 2048}, {11264, 2048}, {2048, 5632}};
+  std::vector<int64_t> ms = {1, 4, 16, 64, 256};
+  std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
+  if (opt.quick) shapes = {{1536, 576}}, ms = {1, 16}, types = {DType::kQ4_0, DType::kQ4_K};
+  uint64_t seed = 900;
+  for (const DType t : types)
+    for (const int64_t M : ms)
+      for (const NK s : shapes) {
+        const int64_t N = s.n, K = s.k;
+        if (K % dtype_block_elems(t) != 0) continue;
+        const Tensor in = Tensor::from_f32({M, K}, random_values(M * K, ++seed), DType::kF32);
+        const Tensor w = random_quant_weight(t, N, K, ++seed);
+        Tensor out = Tensor::zeros({M, N}, DType::kF32);
+        const std::vector<Tensor> ws = copies_of(w, weight_copies(M, w.nbytes()));
+        const std::shared_ptr<void> scratch = aligned_alloc_shared(int8_matmul_scratch_bytes(M, K, t));
+        size_t i = 0;
+        auto row = [&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); };
+        auto int8 = [&] { int8_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); };
+        double tr, ti = 0;
+        if (int8_matmul_usable(t)) std::tie(tr, ti) = paired_seconds_per_call(row, int8);
+        else tr = seconds_per_call(row);
+        const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
+        std::printf("%-5s %5lld %6lld %5lld %6.1f|%7.1f", std::string(dtype_name(t)).c_str(), (long long)M,
+                    (long long)N, (long long)K, gb / tr, gf / tr);
+        if (ti > 0) std::printf(" %6.1f|%7.1f %6.2fx\n", gb / ti, gf / ti, tr / ti);
+        else std::printf(" %14s\n", "-");
+        std::fflush(stdout);
+      }
+}
 
 void run_gemm_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
@@ -310,9 +442,16 @@ void add_gemm_bench(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand("gemm", "Matmul GFLOP/s: ours beside raw oneDNN and the peak");
   cmd->add_flag("--json", opt->json, "One JSON object per line");
   cmd->add_flag("--quick", opt->quick, "A few small shapes only (a smoke run)");
+  cmd->add_flag("--inference", opt->inference,
+                "The batch-invariant inference kernels for bf16 weights instead: row-wise AVX-512, AVX512-BF16, AMX");
   cmd->add_option("--threads", opt->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd->callback([opt] { run_gemm_bench(*opt); });
+  cmd->add_flag("--quant", opt->quant,
+                "The batch-invariant inference kernels for GGUF block-quantized weights instead: row-wise AVX-512 "
+                "(f32 activations) and int8 (VNNI)");
+  cmd->callback([opt] {
+    opt->quant ? run_quant_bench(*opt) : opt->inference ? run_inference_bench(*opt) : run_gemm_bench(*opt);
+  });
 }
 
 }  // namespace tensorpar

@@ -94,6 +94,7 @@ def main():
     ap.add_argument("--skip-ppl", action="store_true")
     ap.add_argument("--out", help="write all raw measurements as JSON")
     a = ap.parse_args()
+    llamacpp_ppl.disable_weight_repacking()  # 0.3.36 crashes in its AMX repacked matmul on AMX CPUs
     assert a.threads == 2, "the configurations below are for 2 cores"
 
     with open(a.text, encoding="utf-8") as f:

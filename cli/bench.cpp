@@ -1,6 +1,7 @@
 // `tensorpar bench <name>`: the benchmarks of bench/, each a sub-subcommand.
 #include "cli/commands.h"
 #include "comm_bench.h"
+#include "decode_batch_bench.h"
 #include "gemm_bench.h"
 
 namespace tensorpar::cli {
@@ -11,6 +12,7 @@ void add_bench_command(CLI::App& app) {
   // Benchmarks register here, one line each.
   add_comm_bench(*bench);
   add_gemm_bench(*bench);
+  add_decode_batch_bench(*bench);
 }
 
 }  // namespace tensorpar::cli

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
+#include "train/checkpoint.h"
 #include "train/hf_export.h"
 
 namespace tensorpar::cli {
@@ -22,13 +23,14 @@ void run_export(const ExportOptions& o) {
   TP_CHECK(fs::exists(o.checkpoint), "[export] --checkpoint ", o.checkpoint, ": no such directory");
   const int64_t n = export_hf(o.checkpoint, o.out, dtype_from_name(o.dtype));
   const ShardedCheckpointReader r(o.checkpoint);
+  const nlohmann::json& state = check_checkpoint_state(r.state(), r.dir() + "/index.json");
   std::string note = "";
-  if (stored_model_config(r.state(), r.dir()).rope.layout == RopeLayout::kInterleaved)
+  if (stored_model_config(state, r.dir()).rope.layout == RopeLayout::kInterleaved)
     note = " (q/k rows put back from GGUF llama order into HF's)";
-  const std::string tok = export_tokenizer(r.state().value("tokenizer", std::string()), o.out);
+  const std::string tok = export_tokenizer(state.value("tokenizer", std::string()), o.out);
   if (!tok.empty()) note += "; " + tok;
   std::printf("exported %lld %s tensors of %s (step %lld) to %s%s\n", (long long)n, o.dtype.c_str(),
-              r.dir().c_str(), (long long)r.state().value("step", int64_t(0)), o.out.c_str(),
+              r.dir().c_str(), (long long)state.value("step", int64_t(0)), o.out.c_str(),
               note.c_str());
 }
 

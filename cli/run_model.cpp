@@ -38,8 +38,9 @@ void check_tp_size(int tp, const ModelConfig& config, const char* command) {
 void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("-m,--model", opts.model, "GGUF file or Hugging Face directory")->required();
   cmd.add_option("--dtype", opts.dtype,
-                 "Float weights in memory: f32 | bf16 (quantized stay quantized)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+                 "Float weights in memory: auto (16-bit weights keep their type, bf16 or f16; f32 stays f32) | "
+                 "f32 | bf16 (quantized stay quantized)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd.add_option("--ctx", opts.ctx,
                  "Context length in tokens (0 = the model's positions, at most 4096; never more "
                  "than the model's)")
@@ -47,6 +48,11 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("--tokenizer", opts.tokenizer,
                  "Tokenizer and chat template from this HF directory, tokenizer.json or GGUF file "
                  "(empty = --model's)");
+  cmd.add_option("--activations", opts.activations,
+                 "Block-quantized (GGUF) weights multiply: int8 (activations rounded to 8 bits per "
+                 "block, integer dot products on AVX512-VNNI CPUs, as llama.cpp) | f32 (f32 "
+                 "activations: slower, slightly more accurate). Other CPUs always use f32")
+      ->check(CLI::IsMember({"int8", "f32"}));
 }
 
 void check_model_paths(const ModelOptions& opts, const char* command, bool needs_tokenizer) {
@@ -86,10 +92,11 @@ void run_with_model(const char* command, const CommonOptions& common, const Mode
              " ranks (start mpirun -np ", common.tp, ", or leave --tp out to use the whole world)");
     check_tp_size(world.size(), config, command);
     LoadOptions lo;
-    lo.float_weights = dtype_from_name(mopts.dtype);
+    lo.float_weights = mopts.dtype == "auto" ? std::nullopt : std::optional(dtype_from_name(mopts.dtype));
     // Every collective of the model goes through a timer (a server reports time in collectives).
     TimedCommunicator timed(world);
     auto model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
+    model->set_int8_activations(mopts.activations == "int8");
     fn(*model);
   });
 }

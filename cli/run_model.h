@@ -16,9 +16,10 @@ namespace tensorpar::cli {
 
 struct ModelOptions {
   std::string model;          // GGUF file or HF directory
-  std::string dtype = "f32";  // float weights in memory: f32 | bf16
+  std::string dtype = "auto";  // float weights in memory: auto | f32 | bf16
   int64_t ctx = 0;            // context length (0: the model's, capped at 4096)
   std::string tokenizer;      // tokenizer (+ chat template) source; "" = the model's
+  std::string activations = "int8";  // quantized weights multiply: int8 | f32 activations
 };
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
 // Where the tokenizer and chat template come from: --tokenizer, else --model.

@@ -4,6 +4,8 @@
 // checkpoint's settings and saves into its directory unless flags say otherwise; no run writes
 // over a newer checkpoint. Logic lives in src/train/.
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,17 +16,20 @@
 #include "cli/launch_checks.h"
 #include "cli/run_model.h"
 #include "comm/launch.h"
+#include "comm/timed_communicator.h"
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
 #include "model/load_model.h"
 #include "model/transformer.h"
 #include "model/tokenizer_loader.h"
 #include "parallel/mesh.h"
+#include "serve/metrics_endpoint.h"
 #include "train/hf_export.h"
 #include "train/memory_accounting.h"
 #include "train/pipeline.h"
 #include "train/pipeline_schedule.h"
 #include "train/run_settings.h"
+#include "train/train_metrics.h"
 #include "train/trainer.h"
 
 namespace tensorpar::cli {
@@ -41,6 +46,9 @@ struct TrainCliOptions {
   int dp = 1, pp = 1;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"
+  std::string on_divergence = "stop";
+  int metrics_port = -1;  // -1: no metrics endpoint
+  std::string metrics_host = "127.0.0.1";
 };
 
 // Flags that shape a new model; a resumed run's model comes from its checkpoint.
@@ -96,7 +104,43 @@ double expert_imbalance(const std::vector<std::vector<double>>& load) {
   return worst;
 }
 
+void print_incident(const StepLog& l, bool json) {
+  const Incident& i = *l.incident;
+  if (json) {
+    nlohmann::json j = {{"incident",
+                         {{"step", l.step},
+                          {"batch", i.batch},
+                          {"reason", i.reason},
+                          {"loss", l.loss},
+                          {"grad_norm", l.grad_norm},
+                          {"action", "rollback"},
+                          {"rolled_back_to", i.rolled_back_to},
+                          {"skipped_batches", i.skipped_batches}}}};
+    if (std::isfinite(i.running_mean)) j["incident"]["running_mean"] = i.running_mean;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::fprintf(stderr, "[train] incident at step %lld (batch %lld): %s; rolled back to %s, skipping batch %lld\n",
+                 (long long)l.step, (long long)i.batch, i.reason.c_str(), i.rolled_back_to.c_str(),
+                 (long long)i.batch);
+  }
+  std::fflush(stdout);
+}
+
+// On stderr whatever the format: stdout under --json stays one object per step or incident.
+void print_summary(const Trainer& t, int64_t start_step, double wall_s, double collective_s) {
+  const RunTotals& r = t.totals();
+  std::string skipped;
+  for (int64_t b : t.skipped_batches()) skipped += (skipped.empty() ? "" : ",") + std::to_string(b);
+  std::fprintf(stderr,
+               "[train] done: step %lld -> %lld, %lld optimizer steps, %lld incidents (%lld rollbacks), batches "
+               "skipped: %s, %lld checkpoints written, %.1f s (rank 0: %.1f s in collectives)\n",
+               (long long)start_step, (long long)t.step(), (long long)r.optimizer_steps, (long long)r.incidents,
+               (long long)r.rollbacks, skipped.empty() ? "none" : skipped.c_str(), (long long)r.checkpoints, wall_s,
+               collective_s);
+}
+
 void print_step(const StepLog& l, const std::string& saved, bool json) {
+  if (l.incident) return print_incident(l, json);
   if (json) {
     nlohmann::json j = {{"step", l.step},      {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
                         {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
@@ -180,7 +224,7 @@ void run_train(TrainCliOptions& o) {
   nlohmann::json resume_state;
   if (!o.resume.empty()) {
     TP_CHECK(fs::exists(o.resume), "[train] --resume ", o.resume, ": no such directory");
-    resume_state = ShardedCheckpointReader(o.resume).state();
+    resume_state = read_checkpoint_state(o.resume);
   }
   o.run.train.compute.matmul_dtype = o.bf16 ? DType::kBF16 : DType::kF32;
   std::string resume_note;
@@ -214,7 +258,9 @@ void run_train(TrainCliOptions& o) {
     TP_CHECK(o.common.ep == 1 || (o.dp % o.common.ep == 0 && o.pp == 1), "[train] --ep ", o.common.ep,
              " spreads experts over data-parallel ranks: --dp (", o.dp, ") must be a multiple of it",
              o.pp > 1 ? ", and pipeline stages (--pp) are not supported with it yet" : "");
-    DeviceMesh mesh(world, {.tp = tp_size, .dp = o.dp, .pp = o.pp, .ep = o.common.ep});
+    // Every group's collectives are timed (the summary, --metrics-port).
+    TimedCommunicator timed(world);
+    DeviceMesh mesh(timed, {.tp = tp_size, .dp = o.dp, .pp = o.pp, .ep = o.common.ep});
     const ExpertParallel experts{1, o.common.ep > 1 ? &mesh.ep() : nullptr};
     Communicator& tp = mesh.tp();
     const bool lead = world.rank() == 0;
@@ -272,6 +318,9 @@ void run_train(TrainCliOptions& o) {
     if (!o.given.count("seq"))
       effective.train.seq = std::min(run.train.seq, model->config().max_position);
     TrainOptions topt = effective.train;
+    // Test hook (docs/reliability.md): TENSORPAR_POISON_BATCH=batch:N,kind:nan|spike.
+    if (const char* poison = std::getenv("TENSORPAR_POISON_BATCH"); poison && *poison)
+      topt.poison = parse_poisoned_batch(poison);
     topt.extra_state = {
         {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
     Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr, pipeline.get(),
@@ -298,10 +347,33 @@ void run_train(TrainCliOptions& o) {
       if (topt.out_dir.empty())
         std::fprintf(stderr, "[train] no --out: this run saves no checkpoint\n");
     }
+    // --metrics-port: world rank 0 serves GET /metrics; every rank's collective seconds reach it
+    // by one all_gather per step.
+    std::unique_ptr<TrainMetrics> metrics;
+    std::unique_ptr<MetricsEndpoint> endpoint;
+    if (o.metrics_port >= 0 && lead) {
+      metrics = std::make_unique<TrainMetrics>(world.size(), topt.batch * topt.seq);
+      endpoint = std::make_unique<MetricsEndpoint>(o.metrics_host, o.metrics_port,
+                                                   [m = metrics.get()] { return m->render_prometheus(); });
+      std::fprintf(stderr, "[train] metrics on http://%s:%d/metrics\n", o.metrics_host.c_str(), endpoint->port());
+    }
+    std::vector<double> collective_s(size_t(world.size()));
+    const auto t0 = std::chrono::steady_clock::now();
     trainer.run([&](const StepLog& l) {
-      if (lead)
-        print_step(l, topt.out_dir.empty() ? "" : saved_at(topt.out_dir, l.step), o.common.json);
+      if (o.metrics_port >= 0) {
+        const double mine = timed.seconds();
+        world.all_gather(&mine, collective_s.data(), int64_t(sizeof(double)), DType::kU8);
+      }
+      if (!lead) return;
+      print_step(l, topt.out_dir.empty() || l.incident ? "" : saved_at(topt.out_dir, l.step), o.common.json);
+      if (metrics) {
+        metrics->record(l, trainer.totals());
+        metrics->set_collective_seconds(collective_s);
+      }
     });
+    if (lead)
+      print_summary(trainer, start_step,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), timed.seconds());
   });
 }
 
@@ -408,6 +480,27 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--keep-every", t.retention.keep_every,
                   "With --keep-last: also keep every checkpoint whose step is a multiple of K")
       ->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+  cmd->add_option("--on-divergence", o->on_divergence,
+                  "A step whose loss or gradient norm is not finite, or whose loss spikes (--spike-factor), is "
+                  "never applied; then: stop (with a message naming step and batch) | rollback (to the latest "
+                  "checkpoint in --out, skipping the batch; logged as an incident)")
+      ->check(CLI::IsMember({"stop", "rollback"}));
+  cmd->add_option("--spike-factor", t.divergence.spike_factor,
+                  "A loss above this many times the mean of the last 20 accepted losses diverges (0 = off)")
+      ->check(CLI::Range(0.0, 1e9));
+  cmd->add_option("--max-rollbacks", t.divergence.max_rollbacks,
+                  "With --on-divergence rollback: stop at the incident after this many rollbacks")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 20));
+  cmd->add_option("--skip-batches", t.skip_batches,
+                  "Never train on these batches (numbered like steps: batch N is step N's in a run that skips "
+                  "none), e.g. 1200,1201")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--metrics-port", o->metrics_port,
+                  "Serve Prometheus metrics (step, loss, grad norm, tokens/s, incidents, time in collectives) at "
+                  "GET /metrics on this port (0 = any free port, printed; -1 = none)")
+      ->check(CLI::Range(-1, 65535));
+  cmd->add_option("--metrics-host", o->metrics_host, "Address the metrics endpoint binds");
   cmd->add_option(
       "--resume", o->resume,
       "Continue the run of this checkpoint (a step-N dir or a root with latest) at any --tp, with "
@@ -417,6 +510,7 @@ void add_train_command(CLI::App& app) {
       if (opt->count() > 0)
         for (const std::string& name : opt->get_lnames()) o->given.insert(name);
     if (o->given.count("no-bf16")) o->given.insert("bf16");
+    o->run.train.divergence.rollback = o->on_divergence == "rollback";
     run_train(*o);
   });
 }

@@ -12,7 +12,7 @@ void TimedCommunicator::timed(F&& f) {
     double& s;
     std::chrono::steady_clock::time_point t0;
     ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-  } add{seconds_, t0};
+  } add{*seconds_, t0};
   f();
 }
 
@@ -40,6 +40,11 @@ void TimedCommunicator::recv(void* data, int64_t count, DType dtype, int peer) {
 }
 void TimedCommunicator::barrier() {
   timed([&] { inner_.barrier(); });
+}
+std::unique_ptr<Communicator> TimedCommunicator::split(int color, int key) {
+  std::unique_ptr<Communicator> group;
+  timed([&] { group = inner_.split(color, key); });
+  return std::unique_ptr<Communicator>(new TimedCommunicator(std::move(group), seconds_));
 }
 
 }  // namespace tensorpar

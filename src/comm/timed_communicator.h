@@ -1,5 +1,6 @@
 // A Communicator that forwards every call to another and adds up the wall time spent inside
-// collectives: what a server reports as each rank's time in communication versus compute.
+// collectives: what a server reports as each rank's time in communication versus compute, and a
+// training run's metrics. Groups split from it are timed too and add to the same total.
 // One rank's thread uses it (like every Communicator); reading seconds() is that thread's too.
 #pragma once
 
@@ -11,9 +12,10 @@ namespace tensorpar {
 
 class TimedCommunicator final : public Communicator {
  public:
-  explicit TimedCommunicator(Communicator& inner) : inner_(inner) {}
-  // Seconds spent in collectives and point-to-point calls so far.
-  double seconds() const { return seconds_; }
+  explicit TimedCommunicator(Communicator& inner) : inner_(inner), seconds_(std::make_shared<double>(0)) {}
+  // Seconds spent in collectives and point-to-point calls so far, in this group and every group
+  // split from it.
+  double seconds() const { return *seconds_; }
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -27,17 +29,20 @@ class TimedCommunicator final : public Communicator {
   void send(const void* data, int64_t count, DType dtype, int peer) override;
   void recv(void* data, int64_t count, DType dtype, int peer) override;
   void barrier() override;
-  // The new group is the inner backend's own (not timed).
-  std::unique_ptr<Communicator> split(int color, int key) override { return inner_.split(color, key); }
+  // The inner backend's new group, timed into this one's total.
+  std::unique_ptr<Communicator> split(int color, int key) override;
 
   using Communicator::all_reduce;
   using Communicator::broadcast;
 
  private:
+  TimedCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<double> seconds)
+      : owned_(std::move(owned)), inner_(*owned_), seconds_(std::move(seconds)) {}
   template <typename F>
   void timed(F&& f);
+  std::unique_ptr<Communicator> owned_;  // a split group's backend
   Communicator& inner_;
-  double seconds_ = 0;
+  std::shared_ptr<double> seconds_;  // shared with the groups split from this one
 };
 
 }  // namespace tensorpar

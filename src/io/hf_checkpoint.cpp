@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_depth.h"
+
 namespace tensorpar {
 
 std::shared_ptr<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
@@ -21,7 +23,7 @@ std::shared_ptr<HfCheckpoint> HfCheckpoint::open(const std::string& dir) {
     TP_CHECK(in.good(), "[HfCheckpoint] cannot read '", index.string(), "'");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(in, json_depth_limit("[HfCheckpoint] '" + index.string() + "'"));
     } catch (const nlohmann::json::exception& e) {
       TP_CHECK(false, "[HfCheckpoint] '", index.string(), "' is not valid JSON: ", e.what());
     }

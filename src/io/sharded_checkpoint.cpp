@@ -11,9 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -141,6 +143,181 @@ void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root,
   fs::remove_all(fs::path(root) / (".old-" + name), ec);
 }
 
+namespace {
+
+using nlohmann::json;
+
+// A value for an error message, shortened.
+std::string brief(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// An integer in [lo, hi] (unsigned values above INT64_MAX are outside every range).
+bool int_in(const json& v, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return false;
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+    return false;
+  const int64_t x = v.get<int64_t>();
+  return x >= lo && x <= hi;
+}
+
+const json& member(const json& obj, const char* key, const std::string& what) {
+  const auto it = obj.find(key);
+  TP_CHECK(it != obj.end(), what, ": no \"", key, "\"");
+  return *it;
+}
+
+bool plain_file_name(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
+         s.find('\0') == std::string::npos;
+}
+
+bool hex16(const std::string& s) {
+  return s.size() == 16 && s.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos;
+}
+
+void check_tensor(const json& t, const std::string& what, int64_t n_files) {
+  TP_CHECK(t.is_object(), what, ": got ", brief(t), ", expected an object");
+  const json& g = member(t, "global_shape", what);
+  TP_CHECK(g.is_array(), what, ": global_shape ", brief(g), ", expected an array of dims");
+  int64_t bytes = 4;  // as f32, what the reader assembles
+  for (const json& d : g) {
+    TP_CHECK(int_in(d, 0, std::numeric_limits<int64_t>::max()), what, ": global_shape ", brief(g),
+             ", expected dims >= 0");
+    TP_CHECK(!__builtin_mul_overflow(bytes, d.get<int64_t>(), &bytes), what, ": global_shape ",
+             brief(g), " has more bytes than int64 counts");
+  }
+  const int64_t nd = int64_t(g.size());
+  const json& sd = member(t, "shard_dim", what);
+  TP_CHECK(int_in(sd, -1, nd - 1), what, ": shard_dim ", brief(sd), ", expected -1 or a dim of ",
+           brief(g));
+  const json& pieces = member(t, "pieces", what);
+  TP_CHECK(pieces.is_array(), what, ": pieces ", brief(pieces), ", expected an array");
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const json& p = pieces[i];
+    const std::string pw = what + " piece " + std::to_string(i);
+    TP_CHECK(p.is_object(), pw, ": got ", brief(p), ", expected an object");
+    const json& f = member(p, "file", pw);
+    TP_CHECK(int_in(f, 0, n_files - 1), pw, ": file ", brief(f), ", expected an index into the ",
+             n_files, " files");
+    const json& psd = member(p, "shard_dim", pw);
+    TP_CHECK(int_in(psd, -1, nd - 1), pw, ": shard_dim ", brief(psd), ", expected -1 or a dim of ",
+             brief(g));
+    const json& b = member(p, "begin", pw);
+    const json& e = member(p, "end", pw);
+    // A replicated piece's range is not used; a sharded one's lies inside its dim.
+    const bool sharded = psd.get<int64_t>() >= 0;
+    const int64_t extent =
+        sharded ? g[psd.get<size_t>()].get<int64_t>() : std::numeric_limits<int64_t>::max();
+    TP_CHECK(int_in(b, 0, extent) && int_in(e, 0, extent) && b.get<int64_t>() <= e.get<int64_t>(),
+             pw, ": [begin, end) = [", brief(b), ", ", brief(e), ")",
+             sharded ? " along shard_dim " + std::to_string(psd.get<int64_t>()) : std::string(),
+             ", expected integers 0 <= begin <= end",
+             sharded ? " <= " + std::to_string(extent) + " (global shape " + brief(g) + ")"
+                     : std::string());
+  }
+}
+
+}  // namespace
+
+nlohmann::json parse_checkpoint_index(std::string_view text, const std::string& where) {
+  const std::string w = "[ShardedCheckpointReader] '" + where + "'";
+  json index;
+  try {
+    index = json::parse(text, json_depth_limit(w));
+  } catch (const json::exception& e) {
+    TP_CHECK(false, w, " is not valid JSON: ", e.what());
+  }
+  TP_CHECK(index.is_object(), w, ": got ", brief(index), ", expected a JSON object");
+  const auto fmt = index.find("format");
+  TP_CHECK(fmt != index.end() && fmt->is_string() && *fmt == kFormat, w, ": format ",
+           fmt == index.end() ? std::string("missing") : brief(*fmt), ", expected '", kFormat, "'");
+  TP_CHECK(index.contains("tensors") && index.contains("files") && index.contains("state"), w,
+           " lacks tensors/files/state");
+  const json& files = index["files"];
+  TP_CHECK(files.is_array(), w, ": files ", brief(files), ", expected an array of file names");
+  for (const json& f : files)
+    TP_CHECK(f.is_string() && plain_file_name(f.get<std::string>()), w, ": files entry ", brief(f),
+             ", expected a file name inside the checkpoint directory");
+  const int64_t n_files = int64_t(files.size());
+  if (index.contains("n_files"))
+    TP_CHECK(int_in(index["n_files"], n_files, n_files), w, ": n_files ", brief(index["n_files"]),
+             ", but files lists ", n_files);
+  const bool has_bytes = index.contains("file_bytes"), has_hash = index.contains("file_xxh64");
+  TP_CHECK(has_bytes == has_hash, w, ": file_bytes and file_xxh64 come together, got only ",
+           has_bytes ? "file_bytes" : "file_xxh64");
+  if (has_bytes) {
+    const json& bytes = index["file_bytes"];
+    const json& hash = index["file_xxh64"];
+    TP_CHECK(bytes.is_array() && int64_t(bytes.size()) == n_files && hash.is_array() &&
+                 int64_t(hash.size()) == n_files,
+             w, ": file_bytes ", brief(bytes), " and file_xxh64 ", brief(hash), ", expected ",
+             n_files, " of each (one per file)");
+    for (const json& b : bytes)
+      TP_CHECK(int_in(b, 0, std::numeric_limits<int64_t>::max()), w, ": file_bytes entry ",
+               brief(b), ", expected a size >= 0");
+    for (const json& h : hash)
+      TP_CHECK(h.is_string() && hex16(h.get<std::string>()), w, ": file_xxh64 entry ", brief(h),
+               ", expected 16 hex digits");
+  }
+  const json& tensors = index["tensors"];
+  TP_CHECK(tensors.is_object(), w, ": tensors ", brief(tensors), ", expected an object");
+  for (const auto& [name, t] : tensors.items()) check_tensor(t, w + " tensor '" + name + "'", n_files);
+  TP_CHECK(index["state"].is_object(), w, ": state ", brief(index["state"]), ", expected an object");
+  return index;
+}
+
+std::vector<SlicePart> plan_checkpoint_slice(const nlohmann::json& index, const std::string& name,
+                                             int dim, int64_t begin, int64_t end,
+                                             const std::string& where) {
+  const json& tensors = index.at("tensors");
+  const auto it = tensors.find(name);
+  TP_CHECK(it != tensors.end(), "[ShardedCheckpointReader] no tensor '", name, "' in ", where);
+  const Shape g = (*it)["global_shape"].get<Shape>();
+  TP_CHECK(!g.empty() && dim >= 0 && dim < int(g.size()) && begin >= 0 && begin <= end &&
+               end <= g[size_t(dim)],
+           "[ShardedCheckpointReader] tensor '", name, "' ", shape_json(g), ": slice [", begin,
+           ", ", end, ") along dim ", dim, " is outside it");
+  const json& pieces = (*it)["pieces"];
+  TP_CHECK(!pieces.empty(), "[ShardedCheckpointReader] tensor '", name, "' has no pieces in ",
+           where);
+  // A replicated piece holds everything.
+  for (const json& p : pieces)
+    if (p["shard_dim"].get<int>() < 0)
+      return {SlicePart{p["file"].get<int64_t>(), begin, end, 0, end - begin, -1, -1, -1}};
+  // Sharded pieces (all along one dim sd): each piece's overlap; then check they cover it.
+  std::vector<SlicePart> parts;
+  std::vector<std::pair<int64_t, int64_t>> covered;  // along sd, in global coordinates
+  int sd = -1;
+  for (const json& p : pieces) {
+    const int psd = p["shard_dim"].get<int>();
+    TP_CHECK(sd < 0 || psd == sd, "[ShardedCheckpointReader] tensor '", name,
+             "' is split along dims ", sd, " and ", psd, " in ", where);
+    sd = psd;
+    const int64_t pb = p["begin"].get<int64_t>(), pe = p["end"].get<int64_t>();
+    if (pe <= pb) continue;
+    int64_t lo = begin, hi = end;  // along dim, global
+    if (sd == dim) lo = std::max(begin, pb), hi = std::min(end, pe);
+    if (hi <= lo) continue;
+    const int64_t off = sd == dim ? pb : 0;
+    parts.push_back({p["file"].get<int64_t>(), lo - off, hi - off, lo - begin, hi - begin,
+                     sd == dim ? -1 : sd, sd == dim ? -1 : pb, sd == dim ? -1 : pe});
+    covered.push_back(sd == dim ? std::make_pair(lo, hi) : std::make_pair(pb, pe));
+  }
+  const int64_t want_lo = sd == dim ? begin : 0, want_hi = sd == dim ? end : g[size_t(sd)];
+  std::sort(covered.begin(), covered.end());
+  int64_t reach = want_lo;
+  for (const auto& [a, b] : covered) {
+    if (a > reach) break;
+    reach = std::max(reach, b);
+  }
+  TP_CHECK(reach >= want_hi || (want_hi == want_lo), "[ShardedCheckpointReader] tensor '", name,
+           "': the pieces in ", where, " cover only up to ", reach, " of [", want_lo, ", ", want_hi,
+           ") along dim ", sd);
+  return parts;
+}
+
 std::string resolve_checkpoint_dir(const std::string& path) {
   if (fs::exists(fs::path(path) / "index.json")) return path;
   const fs::path latest = fs::path(path) / "latest";
@@ -160,17 +337,11 @@ std::string resolve_checkpoint_dir(const std::string& path) {
 ShardedCheckpointReader::ShardedCheckpointReader(const std::string& path)
     : dir_(resolve_checkpoint_dir(path)) {
   const std::string file = dir_ + "/index.json";
-  std::ifstream f(file);
+  std::ifstream f(file, std::ios::binary);
   TP_CHECK(f.good(), "[ShardedCheckpointReader] cannot open '", file, "'");
-  try {
-    index_ = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    TP_CHECK(false, "[ShardedCheckpointReader] '", file, "' is not valid JSON: ", e.what());
-  }
-  TP_CHECK(index_.value("format", "") == kFormat, "[ShardedCheckpointReader] '", file,
-           "': format '", index_.value("format", ""), "', expected '", kFormat, "'");
-  TP_CHECK(index_.contains("tensors") && index_.contains("files") && index_.contains("state"),
-           "[ShardedCheckpointReader] '", file, "' lacks tensors/files/state");
+  std::ostringstream text;
+  text << f.rdbuf();
+  index_ = parse_checkpoint_index(text.str(), file);
   files_.resize(index_["files"].size());
 }
 
@@ -225,55 +396,16 @@ Tensor ShardedCheckpointReader::read_full(const std::string& name) const {
 
 Tensor ShardedCheckpointReader::read_slice(const std::string& name, int dim, int64_t begin,
                                            int64_t end) const {
-  const Shape g = global_shape(name);
-  TP_CHECK(!g.empty() && dim >= 0 && dim < int(g.size()) && begin >= 0 && begin <= end &&
-               end <= g[size_t(dim)],
-           "[ShardedCheckpointReader] tensor '", name, "' ", shape_json(g), ": slice [", begin,
-           ", ", end, ") along dim ", dim, " is outside it");
-  Shape out_shape = g;
+  const std::vector<SlicePart> parts = plan_checkpoint_slice(index_, name, dim, begin, end, dir_);
+  Shape out_shape = global_shape(name);
   out_shape[size_t(dim)] = end - begin;
   Tensor out = Tensor::empty(out_shape, DType::kF32);
-  const nlohmann::json& pieces = index_["tensors"][name]["pieces"];
-  TP_CHECK(!pieces.empty(), "[ShardedCheckpointReader] tensor '", name, "' has no pieces in ",
-           dir_);
-  // A replicated piece holds everything.
-  for (const nlohmann::json& p : pieces)
-    if (p["shard_dim"].get<int>() < 0) {
-      out.copy_from(file(p["file"].get<int64_t>()).read_slice(name, dim, begin, end, DType::kF32));
-      return out;
-    }
-  // Sharded pieces (all along one dim sd): copy each piece's overlap; then check they covered it.
-  std::vector<std::pair<int64_t, int64_t>> covered;  // along sd, in global coordinates
-  int sd = -1;
-  for (const nlohmann::json& p : pieces) {
-    const int psd = p["shard_dim"].get<int>();
-    TP_CHECK(sd < 0 || psd == sd, "[ShardedCheckpointReader] tensor '", name,
-             "' is split along dims ", sd, " and ", psd, " in ", dir_);
-    sd = psd;
-    const int64_t pb = p["begin"].get<int64_t>(), pe = p["end"].get<int64_t>();
-    if (pe <= pb) continue;
-    int64_t lo = begin, hi = end;  // along dim, global
-    if (sd == dim) lo = std::max(begin, pb), hi = std::min(end, pe);
-    if (hi <= lo) continue;
-    const int64_t off = sd == dim ? pb : 0;
-    Tensor piece =
-        file(p["file"].get<int64_t>()).read_slice(name, dim, lo - off, hi - off, DType::kF32);
-    Tensor dst = out.slice(dim, lo - begin, hi - begin);
-    if (sd != dim) dst = dst.slice(sd, pb, pe);
+  for (const SlicePart& p : parts) {
+    Tensor piece = file(p.file).read_slice(name, dim, p.src_begin, p.src_end, DType::kF32);
+    Tensor dst = out.slice(dim, p.dst_begin, p.dst_end);
+    if (p.shard_dim >= 0) dst = dst.slice(p.shard_dim, p.shard_begin, p.shard_end);
     dst.copy_from(piece);
-    covered.push_back(sd == dim ? std::make_pair(lo, hi) : std::make_pair(pb, pe));
   }
-  const int64_t want_lo = sd == dim ? begin : 0,
-                want_hi = sd == dim ? end : (sd >= 0 ? g[size_t(sd)] : 0);
-  std::sort(covered.begin(), covered.end());
-  int64_t reach = want_lo;
-  for (const auto& [a, b] : covered) {
-    if (a > reach) break;
-    reach = std::max(reach, b);
-  }
-  TP_CHECK(reach >= want_hi || (want_hi == want_lo), "[ShardedCheckpointReader] tensor '", name,
-           "': the pieces in ", dir_, " cover only up to ", reach, " of [", want_lo, ", ", want_hi,
-           ") along dim ", sd);
   return out;
 }
 

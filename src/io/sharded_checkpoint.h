@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.h"
@@ -46,6 +47,32 @@ void write_checkpoint_index(const std::string& dir, int n_files, const nlohmann:
 // A crash at any point leaves root/latest naming a whole checkpoint.
 void publish_checkpoint_dir(const std::string& tmp_dir, const std::string& root,
                             const std::string& name);
+
+// index.json's text parsed and checked as the reader relies on it: "format" this format's;
+// "files" plain file names (no '/', not "." or ".."), as many as "n_files" says when present;
+// "file_bytes" and "file_xxh64" (both or neither) one size >= 0 and one 16-hex-digit XXH64 per
+// file; "tensors" {name: {"global_shape": dims >= 0 whose f32 bytes fit int64, "shard_dim": -1 or
+// a dim, "pieces": [{"file": an index into files, "shard_dim": -1 or a dim, "begin" <= "end"
+// inside that dim (unchecked for -1)}]}}; "state" an object. Throws Error naming `where` and the
+// field. Unknown keys are ignored.
+nlohmann::json parse_checkpoint_index(std::string_view text, const std::string& where);
+
+// How ShardedCheckpointReader::read_slice assembles elements [begin, end) along `dim` of a
+// tensor, from a checked index: per piece that overlaps, the range along dim to read from its
+// file's tensor and where it goes in the result (along dim, and along the piece's shard dim
+// when that is another one). A replicated piece, when there is one, is the only part.
+struct SlicePart {
+  int64_t file = 0;
+  int64_t src_begin = 0, src_end = 0;  // along dim, in the piece's own coordinates
+  int64_t dst_begin = 0, dst_end = 0;  // along dim, in the result
+  int shard_dim = -1;                  // a dim other than `dim`: the piece fills only
+  int64_t shard_begin = 0, shard_end = 0;  // [shard_begin, shard_end) of it; else -1
+};
+// Throws Error naming the tensor and `where` when the tensor is absent, the request is outside
+// it, it has no pieces, its pieces are split along two dims, or they do not cover the request.
+std::vector<SlicePart> plan_checkpoint_slice(const nlohmann::json& index, const std::string& name,
+                                             int dim, int64_t begin, int64_t end,
+                                             const std::string& where);
 
 // The checkpoint directory a path names: a directory with index.json, or a root whose `latest`
 // names one. Throws Error when neither.

@@ -139,6 +139,10 @@ class CausalLM {
   // Mean loss without gradients (evaluation).
   virtual float forward_loss(const Tensor& tokens, const Tensor& targets) = 0;
   virtual void set_train_compute(const TrainCompute& compute) = 0;
+  // Inference with block-quantized weights: activations rounded to 8 bits for the integer
+  // kernel where the CPU has it (true, the default: llama.cpp's numerics, faster), or kept f32.
+  // A model without such weights ignores it.
+  virtual void set_int8_activations(bool /*on*/) {}
   virtual std::vector<ParamShard> parameters() = 0;
   virtual void zero_grad() = 0;
   // Bytes of weights held on this rank.

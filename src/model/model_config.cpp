@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace tensorpar {
 
@@ -18,6 +19,35 @@ using nlohmann::json;
 int64_t need_int(const json& j, const char* key, const std::string& where) {
   TP_CHECK(j.contains(key) && j[key].is_number_integer(), "[ModelConfig] ", where, ": missing or non-integer '", key, "'");
   return j[key].get<int64_t>();
+}
+
+// A count that sizes per-layer (or per-head, per-expert) tables: read and range-checked before
+// anything is sized by it.
+int64_t need_count(const json& j, const char* key, const std::string& where) {
+  const int64_t n = need_int(j, key, where);
+  TP_CHECK(n >= 1 && n <= ModelConfig::kMaxCount, "[ModelConfig] ", where, ": '", key, "' is ", n,
+           ", expected in [1, ", ModelConfig::kMaxCount, "]");
+  return n;
+}
+
+// A value for an error message, shortened.
+std::string shown(const json& v) {
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// A string or boolean field: absent or null gives the fallback, another type is an error naming it
+// (json::value would throw its own type_error instead).
+std::string str_or(const json& j, const char* key, const std::string& fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  TP_CHECK(j[key].is_string(), "[ModelConfig] ", where, ": '", key, "' is ", shown(j[key]), ", expected a string");
+  return j[key].get<std::string>();
+}
+
+bool bool_or(const json& j, const char* key, bool fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  TP_CHECK(j[key].is_boolean(), "[ModelConfig] ", where, ": '", key, "' is ", shown(j[key]), ", expected true or false");
+  return j[key].get<bool>();
 }
 
 int64_t int_or(const json& j, const char* key, int64_t fallback) {
@@ -39,7 +69,7 @@ int64_t token_id_or(const json& j, const char* key) {
 
 void read_rope_scaling(const json& s, RopeConfig& rope, const std::string& where) {
   if (!s.is_object()) return;
-  std::string type = s.value("rope_type", s.value("type", std::string("default")));
+  const std::string type = str_or(s, "rope_type", str_or(s, "type", "default", where), where);
   if (type == "default") return;
   rope.factor = num_or(s, "factor", 1.0);
   if (type == "linear") {
@@ -63,21 +93,21 @@ ModelConfig gemma3_from_hf_json(const json& outer, const std::string& where) {
   c.family = ArchFamily::kGemma3;
   c.vocab_size = need_int(j, "vocab_size", where);
   c.hidden = need_int(j, "hidden_size", where);
-  c.n_layers = need_int(j, "num_hidden_layers", where);
-  c.n_heads = need_int(j, "num_attention_heads", where);
+  c.n_layers = need_count(j, "num_hidden_layers", where);
+  c.n_heads = need_count(j, "num_attention_heads", where);
   c.n_kv_heads = int_or(j, "num_key_value_heads", c.n_heads);
   c.head_dim = int_or(j, "head_dim", 256);
   c.ffn = need_int(j, "intermediate_size", where);
   c.max_position = int_or(j, "max_position_embeddings", 131072);
   c.norm_eps = num_or(j, "rms_norm_eps", 1e-6);
-  c.tie_embeddings = j.value("tie_word_embeddings", true);
-  c.qkv_bias = j.value("attention_bias", false);
+  c.tie_embeddings = bool_or(j, "tie_word_embeddings", true, where);
+  c.qkv_bias = bool_or(j, "attention_bias", false, where);
   c.norm_weight_offset = 1.0f;
   c.qk_norm = true;
-  const std::string act = j.value("hidden_activation", std::string("gelu_pytorch_tanh"));
+  const std::string act = str_or(j, "hidden_activation", "gelu_pytorch_tanh", where);
   TP_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_tanh", "[ModelConfig] ", where,
            ": unsupported hidden_activation '", act, "' (supported: gelu_pytorch_tanh)");
-  TP_CHECK(!j.value("use_bidirectional_attention", false), "[ModelConfig] ", where,
+  TP_CHECK(!bool_or(j, "use_bidirectional_attention", false, where), "[ModelConfig] ", where,
            ": use_bidirectional_attention is not supported (a causal LM only)");
   TP_CHECK(!j.contains("attn_logit_softcapping") || j["attn_logit_softcapping"].is_null(), "[ModelConfig] ", where,
            ": attn_logit_softcapping is not supported (Gemma 2)");
@@ -127,13 +157,14 @@ MoeConfig moe_from_hf_json(const json& j, const ModelConfig& c, const std::strin
   MoeConfig m;
   const bool mixtral = c.model_type == "mixtral";
   m.n_experts = int_or(j, "num_experts", int_or(j, "num_local_experts", 0));
-  TP_CHECK(m.n_experts >= 1, "[ModelConfig] ", where, ": model_type '", c.model_type,
-           "' needs num_experts (or num_local_experts) >= 1");
+  TP_CHECK(m.n_experts >= 1 && m.n_experts <= ModelConfig::kMaxCount, "[ModelConfig] ", where, ": model_type '",
+           c.model_type, "' needs num_experts (or num_local_experts) in [1, ", ModelConfig::kMaxCount, "], got ",
+           m.n_experts);
   m.top_k = need_int(j, "num_experts_per_tok", where);
   TP_CHECK(m.top_k >= 1 && m.top_k <= m.n_experts, "[ModelConfig] ", where, ": num_experts_per_tok ", m.top_k,
            ", expected in [1, ", m.n_experts, "]");
   m.expert_ffn = mixtral ? c.ffn : need_int(j, "moe_intermediate_size", where);
-  m.norm_topk = mixtral || j.value("norm_topk_prob", false);
+  m.norm_topk = mixtral || bool_or(j, "norm_topk_prob", false, where);
   if (c.model_type == "qwen2_moe") m.shared_ffn = int_or(j, "shared_expert_intermediate_size", 0);
   m.aux_loss_coef = num_or(j, "router_aux_loss_coef", 0.0);
   const int64_t step = mixtral ? 1 : int_or(j, "decoder_sparse_step", 1);
@@ -155,7 +186,7 @@ MoeConfig moe_from_hf_json(const json& j, const ModelConfig& c, const std::strin
 ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
   TP_CHECK(j.is_object(), "[ModelConfig] ", where, ": config is not a JSON object");
   ModelConfig c;
-  c.model_type = j.value("model_type", std::string());
+  c.model_type = str_or(j, "model_type", "", where);
   if (c.model_type == "gemma3_text" || c.model_type == "gemma3") {
     c = gemma3_from_hf_json(j, where);
     c.validate(where);
@@ -165,14 +196,17 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
     c.family = ArchFamily::kGpt2;
     c.vocab_size = need_int(j, "vocab_size", where);
     c.hidden = need_int(j, "n_embd", where);
-    c.n_layers = need_int(j, "n_layer", where);
-    c.n_heads = need_int(j, "n_head", where);
+    c.n_layers = need_count(j, "n_layer", where);
+    c.n_heads = need_count(j, "n_head", where);
     c.n_kv_heads = c.n_heads;
     c.head_dim = c.n_heads ? c.hidden / c.n_heads : 0;
-    c.ffn = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int64_t>() : 4 * c.hidden;
+    // n_inner defaults to 4 * n_embd (an n_embd out of bounds stays as it is for validate to name).
+    c.ffn = j.contains("n_inner") && j["n_inner"].is_number_integer() ? j["n_inner"].get<int64_t>()
+            : c.hidden > 0 && c.hidden <= ModelConfig::kMaxDim                ? 4 * c.hidden
+                                                                               : c.hidden;
     c.max_position = int_or(j, "n_positions", 1024);
     c.norm_eps = num_or(j, "layer_norm_epsilon", 1e-5);
-    c.tie_embeddings = j.value("tie_word_embeddings", true);
+    c.tie_embeddings = bool_or(j, "tie_word_embeddings", true, where);
   } else {
     static const char* kLlamaLike[] = {"llama", "mistral", "qwen2", "smollm2", "qwen3", "mixtral", "qwen2_moe",
                                        "qwen3_moe", ""};
@@ -180,21 +214,21 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
     for (const char* t : kLlamaLike) known |= c.model_type == t;
     TP_CHECK(known, "[ModelConfig] ", where, ": unsupported model_type '", c.model_type,
              "' (supported: llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt2, gemma3_text)");
-    const std::string act = j.value("hidden_act", std::string("silu"));
+    const std::string act = str_or(j, "hidden_act", "silu", where);
     TP_CHECK(act == "silu", "[ModelConfig] ", where, ": unsupported hidden_act '", act, "' (supported: silu)");
     c.family = ArchFamily::kLlama;
     c.vocab_size = need_int(j, "vocab_size", where);
     c.hidden = need_int(j, "hidden_size", where);
-    c.n_layers = need_int(j, "num_hidden_layers", where);
-    c.n_heads = need_int(j, "num_attention_heads", where);
+    c.n_layers = need_count(j, "num_hidden_layers", where);
+    c.n_heads = need_count(j, "num_attention_heads", where);
     c.n_kv_heads = int_or(j, "num_key_value_heads", c.n_heads);
     c.head_dim = j.contains("head_dim") && j["head_dim"].is_number_integer() ? j["head_dim"].get<int64_t>()
                                                                                : (c.n_heads ? c.hidden / c.n_heads : 0);
     c.ffn = need_int(j, "intermediate_size", where);
     c.max_position = int_or(j, "max_position_embeddings", 2048);
     c.norm_eps = num_or(j, "rms_norm_eps", 1e-6);
-    c.tie_embeddings = j.value("tie_word_embeddings", false);
-    c.qkv_bias = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || j.value("attention_bias", false);
+    c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, where);
+    c.qkv_bias = c.model_type == "qwen2" || c.model_type == "qwen2_moe" || bool_or(j, "attention_bias", false, where);
     c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
     if (c.model_type == "mixtral" || c.model_type == "qwen2_moe" || c.model_type == "qwen3_moe")
       c.moe = moe_from_hf_json(j, c, where);
@@ -212,21 +246,46 @@ ModelConfig ModelConfig::from_hf_json(const json& j, const std::string& where) {
   return c;
 }
 
-ModelConfig ModelConfig::from_hf_file(const std::string& path) {
-  std::ifstream f(path);
-  TP_CHECK(f.good(), "[ModelConfig] cannot open ", path);
+ModelConfig ModelConfig::from_hf_text(std::string_view text, const std::string& where) {
   json j;
   try {
-    f >> j;
+    j = json::parse(text, json_depth_limit("[ModelConfig] " + where));
   } catch (const json::exception& e) {
-    TP_CHECK(false, "[ModelConfig] ", path, ": invalid JSON: ", e.what());
+    TP_CHECK(false, "[ModelConfig] ", where, ": invalid JSON: ", e.what());
   }
-  return from_hf_json(j, path);
+  return from_hf_json(j, where);
+}
+
+ModelConfig ModelConfig::from_hf_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  TP_CHECK(f.good(), "[ModelConfig] cannot open ", path);
+  std::ostringstream text;
+  text << f.rdbuf();
+  return from_hf_text(text.str(), path);
 }
 
 void ModelConfig::validate(const std::string& where) const {
   TP_CHECK(vocab_size > 0 && hidden > 0 && n_layers > 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0 && ffn > 0,
            "[ModelConfig] ", where, ": sizes must be positive: ", summary());
+  TP_CHECK(n_layers <= kMaxCount && n_heads <= kMaxCount && n_kv_heads <= kMaxCount && vocab_size <= kMaxDim &&
+               hidden <= kMaxDim && head_dim <= kMaxDim && ffn <= kMaxDim && max_position >= 0 &&
+               max_position <= kMaxDim,
+           "[ModelConfig] ", where, ": sizes out of bounds: ", summary(), " max_position=", max_position,
+           " (layers and heads at most ", kMaxCount, ", other sizes at most ", kMaxDim, ", max_position >= 0)");
+  TP_CHECK(std::isfinite(norm_eps) && norm_eps > 0, "[ModelConfig] ", where, ": norm eps ", norm_eps,
+           ", expected a finite number > 0");
+  if (family != ArchFamily::kGpt2) {
+    for (const RopeConfig* r : {&rope, &rope_local}) {
+      if (r == &rope_local && layer_sliding.empty()) continue;
+      TP_CHECK(std::isfinite(r->theta) && r->theta > 1, "[ModelConfig] ", where, ": rope theta ", r->theta,
+               ", expected a finite number > 1");
+      TP_CHECK(r->scaling == RopeScalingType::kNone ||
+                   (std::isfinite(r->factor) && std::isfinite(r->low_freq_factor) &&
+                    std::isfinite(r->high_freq_factor)),
+               "[ModelConfig] ", where, ": rope scaling factor ", r->factor, ", low_freq_factor ",
+               r->low_freq_factor, ", high_freq_factor ", r->high_freq_factor, ": expected finite numbers");
+    }
+  }
   TP_CHECK(n_heads % n_kv_heads == 0, "[ModelConfig] ", where, ": ", n_heads,
            " attention heads is not a multiple of ", n_kv_heads, " kv heads");
   TP_CHECK(head_dim % 2 == 0, "[ModelConfig] ", where, ": head_dim ", head_dim, " must be even for RoPE");
@@ -234,14 +293,18 @@ void ModelConfig::validate(const std::string& where) const {
            ": gpt2 needs n_embd divisible by n_head");
   TP_CHECK(layer_sliding.empty() || int64_t(layer_sliding.size()) == n_layers, "[ModelConfig] ", where, ": ",
            layer_sliding.size(), " layer types for ", n_layers, " layers");
-  TP_CHECK(sliding_window >= 0 && final_logit_softcap >= 0 && query_scale >= 0, "[ModelConfig] ", where,
+  TP_CHECK(sliding_window >= 0 && final_logit_softcap >= 0 && query_scale >= 0 && std::isfinite(final_logit_softcap) &&
+               std::isfinite(query_scale),
+           "[ModelConfig] ", where,
            ": sliding_window ", sliding_window, ", final_logit_softcap ", final_logit_softcap, ", query_scale ",
            query_scale, ": expected >= 0");
   if (moe.n_experts > 0) {
-    TP_CHECK(moe.top_k >= 1 && moe.top_k <= moe.n_experts && moe.expert_ffn > 0 && moe.shared_ffn >= 0 &&
-                 int64_t(moe.layer_moe.size()) == n_layers,
+    TP_CHECK(moe.n_experts <= kMaxCount && moe.top_k >= 1 && moe.top_k <= moe.n_experts && moe.expert_ffn > 0 &&
+                 moe.expert_ffn <= kMaxDim && moe.shared_ffn >= 0 && moe.shared_ffn <= kMaxDim &&
+                 std::isfinite(moe.aux_loss_coef) && int64_t(moe.layer_moe.size()) == n_layers,
              "[ModelConfig] ", where, ": inconsistent experts: E=", moe.n_experts, " top_k=", moe.top_k,
-             " expert_ffn=", moe.expert_ffn, " shared_ffn=", moe.shared_ffn, ", ", moe.layer_moe.size(),
+             " expert_ffn=", moe.expert_ffn, " shared_ffn=", moe.shared_ffn, " aux_loss_coef=", moe.aux_loss_coef,
+             ", ", moe.layer_moe.size(),
              " layer flags for ", n_layers, " layers");
   }
 }

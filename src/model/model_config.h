@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -69,19 +70,29 @@ struct ModelConfig {
   // llama.cpp's converter stores the sum (offset 0).
   float norm_weight_offset = 0;
 
+  // The bounds validate() enforces, far above any real model, so that no size derived from a
+  // config (heads x head size, vocab x hidden, an expert's ffn x hidden, ...) overflows int64:
+  // layers, heads, kv heads and experts up to kMaxCount, every other size up to kMaxDim.
+  static constexpr int64_t kMaxCount = int64_t(1) << 16;
+  static constexpr int64_t kMaxDim = (int64_t(1) << 31) - 1;
+
   bool is_sliding(int64_t layer) const { return !layer_sliding.empty() && layer_sliding[size_t(layer)]; }
   bool is_moe(int64_t layer) const { return !moe.layer_moe.empty() && moe.layer_moe[size_t(layer)]; }
 
   // Parses a HF config.json object; `where` names the file in errors. Reads both the older
   // rope_theta + rope_scaling and the newer rope_parameters forms.
   static ModelConfig from_hf_json(const nlohmann::json& j, const std::string& where);
+  // The same from config.json's text (Error naming `where` for malformed JSON), and from the file.
+  static ModelConfig from_hf_text(std::string_view text, const std::string& where);
   static ModelConfig from_hf_file(const std::string& path);
   // From GGUF metadata (general.architecture "llama", "qwen2" or "gpt2" and its <arch>.* keys);
   // llama-arch files get interleaved RoPE (their Q/K rows are permuted by the converter).
   // `tensor_names` lets it detect tied embeddings (no output.weight) and qkv biases.
   static ModelConfig from_gguf(const GgufMetadata& meta, const std::vector<std::string>& tensor_names,
                                const std::string& where);
-  // Throws naming `where` if sizes are inconsistent (e.g. NH not a multiple of NKV).
+  // Throws naming `where` if sizes are out of bounds or inconsistent (e.g. NH not a multiple of
+  // NKV), or a floating-point setting is not finite or out of its range (norm eps > 0, RoPE
+  // theta > 1).
   void validate(const std::string& where) const;
   std::string summary() const;  // one line, for inspect and logs
 };

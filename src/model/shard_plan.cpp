@@ -2,6 +2,7 @@
 #include "model/shard_plan.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/error.h"
 #include "parallel/parallel_attention.h"
@@ -15,6 +16,15 @@ namespace {
 bool has(const std::string& s, const char* x) { return s.find(x) != std::string::npos; }
 
 Range scaled(Range r, int64_t f) { return {r.begin * f, r.end * f}; }
+
+// bytes * num / den (0 when den is 0) in 128-bit arithmetic: a large tensor's bytes times its
+// element count overflows int64 (an f32 embedding of 128256 x 16384 has 8.4e9 bytes and 2.1e9
+// elements). Saturates at INT64_MAX, which only shapes that disagree with the config reach.
+int64_t scale_bytes(int64_t bytes, int64_t num, int64_t den) {
+  if (den <= 0) return 0;
+  const __int128 r = static_cast<__int128>(bytes) * num / den;
+  return r > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max() : int64_t(r);
+}
 
 // The expert index of an MoE expert tensor ("...experts.<e>...."), -1 for any other tensor.
 int64_t expert_of(const std::string& n) {
@@ -85,7 +95,7 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       const int64_t per_expert = t.nbytes / std::max<int64_t>(1, t.shape[0]);
       for (int r = 0; r < tp; ++r) {
         p.ranges.push_back(owned[size_t(r)]);
-        p.bytes.push_back(owned[size_t(r)].size() * per_expert * slice[size_t(r)].size() / c.moe.expert_ffn);
+        p.bytes.push_back(scale_bytes(per_expert, owned[size_t(r)].size() * slice[size_t(r)].size(), c.moe.expert_ffn));
       }
       out.push_back(std::move(p));
       continue;
@@ -101,7 +111,6 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       else if (has(n, "gate_proj") || has(n, "up_proj") || has(n, "ffn_gate") || has(n, "ffn_up")) ranges = &ffn;
       else if (has(n, "down_proj") || has(n, "ffn_down")) ranges = &ffn, dim = 1;
     }
-    const int64_t numel = shape_numel(t.shape);
     if (!ranges || dim >= int(t.shape.size())) {
       p.split = "replicated";
       for (int r = 0; r < tp; ++r) {
@@ -113,8 +122,8 @@ std::vector<TensorShardPlan> shard_plan(const ModelConfig& c, const std::vector<
       for (int r = 0; r < tp; ++r) {
         const Range rr = (*ranges)[size_t(r)];
         p.ranges.push_back(rr);
-        const int64_t local = numel / t.shape[size_t(dim)] * rr.size() * parts;
-        p.bytes.push_back(numel ? t.nbytes * local / numel : 0);
+        // The rank reads rr.size() * parts of the tensor's t.shape[dim] rows along dim.
+        p.bytes.push_back(scale_bytes(t.nbytes, rr.size() * parts, t.shape[size_t(dim)]));
       }
     }
     out.push_back(std::move(p));

@@ -80,6 +80,7 @@ class Transformer final : public CausalLM {
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
+  void set_int8_activations(bool on) override { eng_.set_int8_activations(on); }
   std::vector<ParamShard> parameters() override;
   void zero_grad() override;
   int64_t weight_bytes() const override;

@@ -36,8 +36,8 @@ struct FallbackLog {
 
 WeightSource::WeightSource(std::shared_ptr<TensorStore> store, std::string path, LoadOptions opt)
     : store_(std::move(store)), path_(std::move(path)), opt_(opt), fallbacks_(std::make_shared<FallbackLog>()) {
-  TP_CHECK(opt_.float_weights == DType::kF32 || opt_.float_weights == DType::kBF16,
-           "[WeightSource] float_weights: got ", dtype_name(opt_.float_weights), ", expected f32 or bf16");
+  TP_CHECK(!opt_.float_weights || *opt_.float_weights == DType::kF32 || *opt_.float_weights == DType::kBF16,
+           "[WeightSource] float_weights: got ", dtype_name(*opt_.float_weights), ", expected f32, bf16 or as stored");
 }
 
 void WeightSource::check(const std::string& name, const Shape& stored_shape) const {
@@ -98,7 +98,8 @@ SliceLoader WeightSource::loader(const std::string& name, const Shape& stored_sh
                                " are not whole " + std::to_string(be) + "-weight blocks");
       }
     } else if (shape.size() == 2) {
-      out = opt.float_weights;
+      const bool half = stored && (*stored == DType::kBF16 || *stored == DType::kF16);
+      out = opt.float_weights ? *opt.float_weights : half ? *stored : DType::kF32;
     }
     const bool part = offset != 0 || stored_shape[size_t(fused_dim)] != shape[size_t(conv1d ? 1 - fused_dim : fused_dim)];
     TP_CHECK(!part || sdim == fused_dim, "[load_model] ", where, ": '", name,

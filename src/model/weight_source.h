@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 
+#include <optional>
+
 #include "core/tensor.h"
 #include "io/tensor_store.h"
 #include "parallel/slice_loader.h"
@@ -14,7 +16,9 @@
 namespace tensorpar {
 
 struct LoadOptions {
-  DType float_weights = DType::kF32;  // matrices stored as f32/f16/bf16 become this (f32 or bf16)
+  // Matrices stored as f32/f16/bf16 become this (f32 or bf16); nullopt: 16-bit matrices keep
+  // their stored type (bf16, f16), others become f32.
+  std::optional<DType> float_weights = DType::kF32;
   bool keep_quantized = true;         // block-quantized matrices stay quantized; false: dequantize to f32
 };
 

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 
 namespace tensorpar::plan {
 
@@ -144,7 +145,7 @@ ClusterSpec read_cluster_file(const std::string& path) {
   TP_CHECK(f.good(), "[read_cluster_file] cannot open ", path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(f);
+    j = nlohmann::json::parse(f, json_depth_limit("[read_cluster_file] " + path));
   } catch (const nlohmann::json::exception& e) {
     TP_CHECK(false, "[read_cluster_file] ", path, ": invalid JSON: ", e.what());
   }

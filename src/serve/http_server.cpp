@@ -5,18 +5,16 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <ctime>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "core/error.h"
+#include "serve/http_listener.h"
 #include "serve/openai_protocol.h"
 #include "serve/peer_socket.h"
 #include "serve/web_page.h"
@@ -103,10 +101,9 @@ struct HttpServer::Impl {
   const Tokenizer& tokenizer_;
   const ChatTemplate& template_;
   const int64_t created_;
-  httplib::Server server_;
-  std::thread listener_;
-  int port_ = -1;
-  std::atomic<bool> stopping_{false}, failed_{false}, listen_done_{false};
+  HttpListener http_{"HttpServer"};
+  httplib::Server& server_ = http_.server();
+  std::atomic<bool> stopping_{false}, failed_{false};
   mutable std::mutex mu_;  // failed_why_, rng_
   std::string failed_why_;
   std::mt19937_64 rng_;
@@ -394,13 +391,6 @@ HttpServer::HttpServer(const HttpServerConfig& config, Engine& engine, const Tok
   impl_->server_.set_payload_max_length(config.max_body_bytes);
   // Benchmarks reuse connections for many requests; httplib's default closes after 5.
   impl_->server_.set_keep_alive_max_count(10000);
-  // httplib's default also sets SO_REUSEPORT, with which a second server binds a port already
-  // in use and the kernel splits the connections between the two. SO_REUSEADDR alone still
-  // allows a restart while old connections linger in TIME_WAIT.
-  impl_->server_.set_socket_options([](int sock) {
-    const int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   impl_->add_routes();
 }
 
@@ -409,50 +399,16 @@ HttpServer::~HttpServer() {
 }
 
 void HttpServer::start() {
-  Impl& s = *impl_;
-  TP_CHECK(!s.listener_.joinable(), "[HttpServer::start] already started");
-  const HttpServerConfig& c = s.config_;
-  if (c.port == 0) {
-    s.port_ = s.server_.bind_to_any_port(c.host);
-    TP_CHECK(s.port_ > 0, "[HttpServer::start] cannot bind ", c.host, " to any port");
-  } else {
-    TP_CHECK(s.server_.bind_to_port(c.host, c.port), "[HttpServer::start] cannot bind ", c.host,
-             ":", c.port, " (address in use, or not an address of this machine)");
-    s.port_ = c.port;
-  }
-  s.listener_ = std::thread([&s] {
-    for (;;) {
-      s.server_.listen_after_bind();
-      if (s.stopping_) break;
-      // httplib 0.11 ends its accept loop on any accept() error (EINTR, ECONNABORTED, ...) and
-      // closes the socket: listen again on the same port rather than serve nothing.
-      std::fprintf(stderr, "[HttpServer] the listener on %s:%d stopped (%s); listening again\n",
-                   s.config_.host.c_str(), s.port_, std::strerror(errno));
-      while (!s.stopping_ && !s.server_.bind_to_port(s.config_.host, s.port_))
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (s.stopping_) break;
-    }
-    s.listen_done_ = true;
-  });
-  // httplib's stop() does nothing before the loop runs: wait for it, so a stop() right after
-  // start() finds it running.
-  while (!s.server_.is_running() && !s.listen_done_)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  impl_->http_.start(impl_->config_.host, impl_->config_.port);
 }
 
 void HttpServer::stop() {
-  Impl& s = *impl_;
-  s.stopping_ = true;
-  // Repeated, because the listener may be between two listens (see start()) when we first ask.
-  while (s.listener_.joinable() && !s.listen_done_) {
-    s.server_.stop();  // closes the listening socket; listen_after_bind joins the handlers
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (s.listener_.joinable()) s.listener_.join();
+  impl_->stopping_ = true;  // waiting handlers give up at their next poll
+  impl_->http_.stop();
 }
 
 int HttpServer::port() const {
-  return impl_->port_;
+  return impl_->http_.port();
 }
 
 void HttpServer::set_failed(const std::string& why) {

@@ -4,67 +4,15 @@
 #include "serve/metrics.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <limits>
 
 #include "core/error.h"
+#include "core/prometheus_text.h"
 
 namespace tensorpar {
 
-namespace {
-
-// Shortest text that reads back as the same double; Prometheus spells infinity "+Inf".
-std::string format_number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
-std::string format_number(int64_t v) {
-  return std::to_string(v);
-}
-
-// A label value with Prometheus' three escapes.
-std::string escape_label(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
-}
-
-// Two label lists ("a=\"x\"") as one, either may be empty.
-std::string join_labels(const std::string& a, const std::string& b) {
-  return a.empty() || b.empty() ? a + b : a + "," + b;
-}
-
-void header(std::string& out, const std::string& name, const std::string& help, const char* type) {
-  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-}
-
-template <typename T>
-void sample(std::string& out, const std::string& name, const std::string& labels, T value) {
-  out += name + (labels.empty() ? "" : "{" + labels + "}") + " " + format_number(value) + "\n";
-}
-
-template <typename T>
-void scalar(std::string& out, const std::string& name, const std::string& help, const char* type,
-            const std::string& labels, T value) {
-  header(out, name, help, type);
-  sample(out, name, labels, value);
-}
-
-}  // namespace
+using namespace prometheus;
 
 Histogram::Histogram(std::vector<double> upper_bounds) : bounds_(std::move(upper_bounds)) {
   for (size_t i = 0; i < bounds_.size(); ++i) {

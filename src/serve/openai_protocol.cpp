@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/json_depth.h"
+
 namespace tensorpar {
 
 using nlohmann::json;
@@ -258,7 +260,15 @@ json stream_base(const ResponseMeta& meta, const char* object) {
 }  // namespace
 
 json parse_json_body(std::string_view body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Bounded nesting: a 1 MB body of '[' parses, and printing it for an error message recursed
+  // once per level and overflowed the HTTP thread's stack.
+  json j;
+  try {
+    j = json::parse(body, json_depth_limit("body"), /*allow_exceptions=*/false);
+  } catch (const Error&) {
+    throw ProtocolError(400, "body: got JSON nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                 " levels, expected a request object");
+  }
   if (j.is_discarded())
     throw ProtocolError(400, "body: got malformed JSON, expected a JSON object");
   if (!j.is_object())

@@ -192,6 +192,11 @@ std::string StreamDecoder::push(int32_t id) {
     if (pending_[0] == ' ') pending_.erase(0, 1);
     started_ = true;
   }
+  // As decode: a first WordPiece token spelled with the continuation prefix keeps it.
+  if (first_token_ && !tok_->wordpiece_prefix_.empty() && tok_->kind_[static_cast<size_t>(id)] == Tokenizer::Kind::kNormal &&
+      tok_->spelled_[static_cast<size_t>(id)].starts_with(tok_->wordpiece_prefix_))
+    pending_.insert(0, tok_->wordpiece_prefix_);
+  first_token_ = false;
   const size_t keep = utf8_incomplete_tail(pending_);
   std::string out = utf8_lossy(std::string_view(pending_).substr(0, pending_.size() - keep));
   pending_.erase(0, pending_.size() - keep);
@@ -202,6 +207,7 @@ std::string StreamDecoder::flush() {
   std::string out = utf8_lossy(pending_);
   pending_.clear();
   started_ = false;
+  first_token_ = true;
   return out;
 }
 

@@ -147,6 +147,7 @@ class StreamDecoder {
   const Tokenizer* tok_;
   std::string pending_;
   bool started_ = false;  // some text was emitted (the leading space is dropped only before)
+  bool first_token_ = true;  // no token pushed since construction or flush (WordPiece's prefix rule)
 };
 
 }  // namespace tensorpar

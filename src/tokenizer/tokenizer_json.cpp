@@ -4,11 +4,13 @@
 // than tokenized wrongly.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unigram.h"
@@ -38,6 +40,32 @@ bool flag(const json& j, const char* key, bool dflt) {
 
 std::string str(const json& j, const char* key, std::string dflt = "") {
   return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::move(dflt);
+}
+
+// A number field as an int (absent or null: the fallback); Error naming it for another type or a
+// value outside [lo, hi] (json's own get<int> would throw its type_error, or truncate).
+int int_field(const json& j, const char* key, int dflt, int lo, int hi, const char* what) {
+  if (!j.contains(key) || j[key].is_null()) return dflt;
+  const json& v = j[key];
+  TP_CHECK(v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(hi)) &&
+               v.get<int64_t>() >= lo && v.get<int64_t>() <= hi,
+           "[", kWhere, "] ", what, " ", key, ": got ", brief(v), ", expected an integer in [", lo, ", ",
+           hi, "]");
+  return static_cast<int>(v.get<int64_t>());
+}
+
+// Token ids index tables sized by the largest id, so they are checked against the file's size:
+// ids below its number of tokens plus kSpareIds (room for unused ids, not for billions).
+constexpr int64_t kSpareIds = 65536;
+
+// limit_is: what the bound is, for the message.
+int32_t token_id_value(const json& v, int64_t limit, const std::string& what,
+                       const char* limit_is = "the file's token count + 65536") {
+  TP_CHECK(v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() >= uint64_t(limit)) &&
+               v.get<int64_t>() >= 0 && v.get<int64_t>() < limit,
+           "[", kWhere, "] ", what, ": got id ", brief(v), ", expected an integer in [0, ", limit, ") (",
+           limit_is, ")");
+  return static_cast<int32_t>(v.get<int64_t>());
 }
 
 // A Split / Replace pattern: {"String": "..."} (literal) or {"Regex": "..."}.
@@ -245,7 +273,8 @@ void parse_decoder(const json& j, DecoderPlan& out) {
     out.wordpiece_cleanup = flag(j, "cleanup", true);
     out.strip_leading_space = true;
   } else if (type == "Strip") {
-    const int start = j.value("start", 0), stop = j.value("stop", 0);
+    const int start = int_field(j, "start", 0, 0, 1 << 20, "Strip decoder");
+    const int stop = int_field(j, "stop", 0, 0, 1 << 20, "Strip decoder");
     TP_CHECK(str(j, "content") == " " && start <= 1 && stop == 0, "[", kWhere,
              "] Strip decoder: got ", brief(j), ", expected content \" \", start 0 or 1, stop 0");
     if (start == 1) out.strip_leading_space = true;
@@ -305,8 +334,9 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
                                       std::string_view config_json) {
   json j, cfg;
   try {
-    j = json::parse(tokenizer_json);
-    if (!config_json.empty()) cfg = json::parse(config_json);
+    j = json::parse(tokenizer_json, json_depth_limit(std::string("[") + kWhere + "] tokenizer.json"));
+    if (!config_json.empty())
+      cfg = json::parse(config_json, json_depth_limit(std::string("[") + kWhere + "] tokenizer_config.json"));
   } catch (const json::exception& e) {
     TP_CHECK(false, "[", kWhere, "] malformed JSON: ", e.what());
   }
@@ -318,6 +348,13 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
   TP_CHECK(mtype == "BPE" || mtype == "Unigram" || mtype == "WordPiece", "[", kWhere,
            "] model type: got '", mtype,
            "', expected 'BPE', 'Unigram' or 'WordPiece' (WordLevel is not supported)");
+
+  // The bound on ids: the entries of the vocab and added_tokens, plus spare room.
+  int64_t id_limit = kSpareIds;
+  if (model.contains("vocab") && (model["vocab"].is_object() || model["vocab"].is_array()))
+    id_limit += int64_t(model["vocab"].size());
+  if (j.contains("added_tokens") && j["added_tokens"].is_array())
+    id_limit += int64_t(j["added_tokens"].size());
 
   Tokenizer t;
   parse_normalizer(j.contains("normalizer") ? j["normalizer"] : json(), t.normalizer_);
@@ -350,27 +387,28 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
     TP_CHECK(model.contains("vocab") && model["vocab"].is_object(), "[", kWhere,
              "] WordPiece model: got no vocab object");
     const std::string unk = str(model, "unk_token", "[UNK]");
-    const int32_t unk_id = model["vocab"].contains(unk) && model["vocab"][unk].is_number_integer()
-                               ? model["vocab"][unk].get<int32_t>()
+    const int32_t unk_id = model["vocab"].contains(unk)
+                               ? token_id_value(model["vocab"][unk], id_limit, "WordPiece unk_token '" + unk + "'")
                                : -1;
-    auto wp =
-        std::make_shared<WordPieceModel>(unk_id, str(model, "continuing_subword_prefix", "##"),
-                                         model.value("max_input_chars_per_word", size_t{100}));
+    auto wp = std::make_shared<WordPieceModel>(
+        unk_id, str(model, "continuing_subword_prefix", "##"),
+        size_t(int_field(model, "max_input_chars_per_word", 100, 0, std::numeric_limits<int>::max(), "WordPiece")));
     for (const auto& [spelled, idj] : model["vocab"].items()) {
-      TP_CHECK(idj.is_number_integer(), "[", kWhere, "] vocab entry '", spelled, "': got ",
-               brief(idj), ", expected an integer id");
+      const int32_t id = token_id_value(idj, id_limit, "vocab entry '" + spelled + "'");
       std::string key;
       std::string bytes = decoded(spelled, &key);
-      wp->add_token(key, idj.get<int32_t>());
-      t.set_token(idj.get<int32_t>(), spelled, std::move(bytes), Kind::kNormal);
+      wp->add_token(key, id);
+      t.set_token(id, spelled, std::move(bytes), Kind::kNormal);
     }
     t.model_ = wp;
   } else if (mtype == "Unigram") {
     TP_CHECK(model.contains("vocab") && model["vocab"].is_array(), "[", kWhere,
              "] Unigram model: got no vocab array, expected [[piece, score], ...]");
-    const int32_t unk = model.contains("unk_id") && model["unk_id"].is_number_integer()
-                            ? model["unk_id"].get<int32_t>()
-                            : -1;
+    // unk_id indexes the vocab list (absent or null: none).
+    const json& unk_j = model.contains("unk_id") ? model["unk_id"] : json();
+    const int32_t unk = unk_j.is_null() ? -1
+                                        : token_id_value(unk_j, int64_t(model["vocab"].size()), "Unigram unk_id",
+                                                         "an index into the vocab");
     auto uni = std::make_shared<UnigramModel>(unk, flag(model, "byte_fallback", false));
     int32_t id = 0;
     for (const json& e : model["vocab"]) {
@@ -397,13 +435,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
     o.ignore_merges = flag(model, "ignore_merges", false);
     o.fuse_unk = flag(model, "fuse_unk", false);
     const std::string unk = str(model, "unk_token");
-    if (!unk.empty() && model["vocab"].contains(unk) && model["vocab"][unk].is_number_integer())
-      o.unk_id = model["vocab"][unk].get<int32_t>();
+    if (!unk.empty() && model["vocab"].contains(unk))
+      o.unk_id = token_id_value(model["vocab"][unk], id_limit, "BPE unk_token '" + unk + "'");
     auto bpe = std::make_shared<BpeModel>(o);
     for (const auto& [spelled, idj] : model["vocab"].items()) {
-      TP_CHECK(idj.is_number_integer(), "[", kWhere, "] vocab entry '", spelled, "': got ",
-               brief(idj), ", expected an integer id");
-      const int32_t id = idj.get<int32_t>();
+      const int32_t id = token_id_value(idj, id_limit, "vocab entry '" + spelled + "'");
       std::string key;
       std::string bytes = decoded(spelled, &key);
       bpe->add_token(key, id);
@@ -435,11 +471,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
   }
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
-      TP_CHECK(a.is_object() && a.contains("id") && a["id"].is_number_integer() &&
-                   a.contains("content") && a["content"].is_string(),
+      TP_CHECK(a.is_object() && a.contains("id") && a.contains("content") && a["content"].is_string(),
                "[", kWhere, "] added token: got ", brief(a), ", expected {id, content, ...}");
-      t.add_added({a["content"].get<std::string>(), a["id"].get<int32_t>(),
-                   flag(a, "special", false), flag(a, "lstrip", false), flag(a, "rstrip", false)});
+      const int32_t id = token_id_value(a["id"], id_limit, "added token " + brief(a["content"]));
+      t.add_added({a["content"].get<std::string>(), id, flag(a, "special", false), flag(a, "lstrip", false),
+                   flag(a, "rstrip", false)});
     }
   }
   if (dec.wordpiece_prefix)  // added tokens are joined with spaces too
@@ -450,7 +486,11 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
   if (type_of(post) == "TemplateProcessing" && post.contains("single") &&
       post["single"].is_array() && !post["single"].empty() &&
       post["single"][0].contains("SpecialToken")) {
-    t.bos_id_ = t.token_id(post["single"][0]["SpecialToken"].value("id", ""));
+    const json& special = post["single"][0]["SpecialToken"];
+    TP_CHECK(special.is_object() && special.contains("id") && special["id"].is_string(), "[", kWhere,
+             "] TemplateProcessing single[0].SpecialToken: got ", brief(special),
+             ", expected {\"id\": the token's text, ...}");
+    t.bos_id_ = t.token_id(special["id"].get<std::string>());
     t.add_bos_ = t.bos_id_ >= 0;
   }
   if (cfg.is_object()) {
@@ -463,10 +503,13 @@ Tokenizer Tokenizer::from_json_string(std::string_view tokenizer_json,
         t.chat_template_ = ct.get<std::string>();
       } else if (ct.is_array()) {  // [{name, template}, ...]: the default one, else the first
         for (const json& e : ct)
-          if (e.is_object() && e.value("name", "") == "default")
-            t.chat_template_ = e.value("template", "");
-        if (t.chat_template_.empty() && !ct.empty() && ct[0].is_object())
-          t.chat_template_ = ct[0].value("template", "");
+          TP_CHECK(e.is_object() && (!e.contains("name") || e["name"].is_string()) &&
+                       (!e.contains("template") || e["template"].is_string()),
+                   "[", kWhere, "] tokenizer_config.json chat_template entry: got ", brief(e),
+                   ", expected {\"name\": string, \"template\": string}");
+        for (const json& e : ct)
+          if (str(e, "name") == "default") t.chat_template_ = str(e, "template");
+        if (t.chat_template_.empty() && !ct.empty()) t.chat_template_ = str(ct[0], "template");
       }
     }
   }

@@ -1,8 +1,12 @@
 // Collective save / reshard-on-load of parameters and AdamW moments.
 #include "train/checkpoint.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <string_view>
 
 #include "core/error.h"
 #include "io/sharded_checkpoint.h"
@@ -128,9 +132,63 @@ nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamS
       read_into(r, "exp_avg_sq/" + p.name, p, s.exp_avg_sq);
     }
   }
-  nlohmann::json state = r.state();
+  nlohmann::json state = check_checkpoint_state(r.state(), r.dir() + "/index.json");
   if (opt) opt->set_steps(state.value("optimizer_steps", int64_t(0)));
   return state;
+}
+
+const nlohmann::json& check_checkpoint_state(const nlohmann::json& state, const std::string& where) {
+  const std::string w = "[checkpoint state] " + where;
+  TP_CHECK(state.is_object(), w, ": state is ", state.type_name(), ", expected an object");
+  auto shown = [](const nlohmann::json& v) {
+    std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  };
+  for (const char* key : {"step", "optimizer_steps", "tp", "pp", "seed"}) {
+    if (!state.contains(key)) continue;
+    const nlohmann::json& v = state[key];
+    const bool seed = std::string_view(key) == "seed";
+    const bool ok = v.is_number_unsigned()
+                        ? seed || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())
+                        : v.is_number_integer() && (seed || v.get<int64_t>() >= 0);
+    TP_CHECK(ok, w, ": \"", key, "\" is ", shown(v), ", expected an integer",
+             seed ? "" : " >= 0");
+  }
+  for (const char* key : {"tokenizer", "data"})
+    TP_CHECK(!state.contains(key) || state[key].is_string(), w, ": \"", key, "\" is ",
+             shown(state[key]), ", expected a string");
+  if (state.contains("schedule")) {
+    const nlohmann::json& j = state["schedule"];
+    TP_CHECK(j.is_object(), w, ": \"schedule\" is ", shown(j), ", expected an object");
+    for (const char* key : {"lr", "min_lr", "warmup", "steps"})
+      TP_CHECK(!j.contains(key) || j[key].is_number(), w, ": \"schedule\".", key, " is ",
+               shown(j[key]), ", expected a number");
+  }
+  TP_CHECK(!state.contains("run") || state["run"].is_object(), w, ": \"run\" is ",
+           shown(state["run"]), ", expected an object");
+  if (state.contains("divergence")) {  // the trainer's incident state (train/divergence.h)
+    const nlohmann::json& d = state["divergence"];
+    TP_CHECK(d.is_object(), w, ": \"divergence\" is ", shown(d), ", expected an object");
+    if (d.contains("loss_window")) {
+      const nlohmann::json& l = d["loss_window"];
+      TP_CHECK(l.is_array() && std::all_of(l.begin(), l.end(), [](const nlohmann::json& v) { return v.is_number(); }),
+               w, ": \"divergence\".loss_window is ", shown(l), ", expected an array of numbers");
+    }
+    if (d.contains("skipped_batches")) {
+      const nlohmann::json& b = d["skipped_batches"];
+      TP_CHECK(b.is_array() && std::all_of(b.begin(), b.end(),
+                                           [](const nlohmann::json& v) {
+                                             return v.is_number_integer() && v.get<int64_t>() >= 1;
+                                           }),
+               w, ": \"divergence\".skipped_batches is ", shown(b), ", expected an array of batch numbers >= 1");
+    }
+  }
+  return state;
+}
+
+nlohmann::json read_checkpoint_state(const std::string& path) {
+  const ShardedCheckpointReader r(path);
+  return check_checkpoint_state(r.state(), r.dir() + "/index.json");
 }
 
 std::string checkpoint_root(const std::string& path) {
@@ -143,7 +201,7 @@ std::string checkpoint_root(const std::string& path) {
 
 int64_t latest_checkpoint_step(const std::string& root) {
   if (!fs::exists(fs::path(root) / "latest")) return -1;
-  return ShardedCheckpointReader(root).state().value("step", int64_t(0));
+  return read_checkpoint_state(root).value("step", int64_t(0));
 }
 
 }  // namespace tensorpar

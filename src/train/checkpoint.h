@@ -38,6 +38,16 @@ void save_checkpoint(const std::string& root, int64_t step, const std::vector<Pa
 nlohmann::json load_checkpoint(const std::string& path, const std::vector<ParamShard>& params,
                                AdamW* opt);
 
+// A checkpoint's trainer state (its index's "state") as resume and export read it: "step",
+// "optimizer_steps", "tp" and "pp" integers >= 0, "seed" an integer, "tokenizer" and "data"
+// strings, "schedule" an object whose lr, min_lr, warmup and steps are numbers, "run" an object,
+// each when present ("config" is read by stored_model_config). Throws Error naming `where` and
+// the key. Returns state.
+const nlohmann::json& check_checkpoint_state(const nlohmann::json& state, const std::string& where);
+
+// The checked state of the checkpoint `path` names (a step directory, or a root with `latest`).
+nlohmann::json read_checkpoint_state(const std::string& path);
+
 // The root directory a checkpoint path belongs to, where a run that continues it saves: the path
 // itself when it is a root (it has `latest`, or no index.json), the parent of a step directory.
 std::string checkpoint_root(const std::string& path);

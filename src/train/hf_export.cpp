@@ -171,11 +171,19 @@ ModelConfig stored_model_config(const nlohmann::json& state, const std::string& 
            "for every run has none): cannot tell the model's architecture");
   const nlohmann::json& j = state[half ? kConfigKey : kInterleavedConfigKey];
   ModelConfig c = ModelConfig::from_hf_json(j, where);
-  const std::string layout = j.value(kLayoutKey, std::string(half ? "half_split" : "(missing)"));
+  const nlohmann::json layout_j = j.value(kLayoutKey, nlohmann::json(half ? "half_split" : "(missing)"));
+  const std::string layout = layout_j.is_string() ? layout_j.get<std::string>() : layout_j.dump();
   TP_CHECK(layout == "half_split" || layout == "interleaved", "[stored_model_config] checkpoint ",
            where, ": ", kLayoutKey, " '", layout, "', expected 'half_split' or 'interleaved'");
   c.rope.layout = layout == "interleaved" ? RopeLayout::kInterleaved : RopeLayout::kHalfSplit;
-  if (c.family == ArchFamily::kGemma3) c.norm_weight_offset = j.value(kNormOffsetKey, 1.0f);
+  if (c.family == ArchFamily::kGemma3 && j.contains(kNormOffsetKey)) {
+    const nlohmann::json& offset = j[kNormOffsetKey];
+    TP_CHECK(offset.is_number() && (offset == 0 || offset == 1), "[stored_model_config] checkpoint ",
+             where, ": ", kNormOffsetKey, " ", offset.dump(), ", expected 0 or 1");
+    c.norm_weight_offset = offset.get<float>();
+  } else if (c.family == ArchFamily::kGemma3) {
+    c.norm_weight_offset = 1.0f;
+  }
   return c;
 }
 

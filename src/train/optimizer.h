@@ -53,7 +53,9 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
 double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp = nullptr,
                         Communicator* ep = nullptr);
 
-// Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before.
+// Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before. A
+// non-finite norm is returned as it is, the gradients untouched: the trainer judges the step
+// (train/divergence.h).
 double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
                       Communicator* pp = nullptr, Communicator* ep = nullptr);
 

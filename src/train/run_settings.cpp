@@ -1,7 +1,9 @@
 // Run settings to and from a checkpoint's state (see run_settings.h).
 #include "train/run_settings.h"
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -72,6 +74,18 @@ const std::vector<Setting>& settings() {
       {"moe-z-loss-coef",
        [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_z_loss_coef); },
        [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_z_loss_coef = j.get<double>(); }},
+      {"on-divergence", [](const RunSettings& s) { return nlohmann::json(s.train.divergence.rollback ? "rollback" : "stop"); },
+       [](RunSettings& s, const nlohmann::json& j) {
+         const std::string v = j.get<std::string>();
+         TP_CHECK(v == "stop" || v == "rollback", "[apply_saved_settings] on-divergence '", v,
+                  "', expected stop or rollback");
+         s.train.divergence.rollback = v == "rollback";
+       }},
+      {"spike-factor", [](const RunSettings& s) { return nlohmann::json(s.train.divergence.spike_factor); },
+       [](RunSettings& s, const nlohmann::json& j) { s.train.divergence.spike_factor = j.get<double>(); }},
+      {"max-rollbacks", [](const RunSettings& s) { return nlohmann::json(s.train.divergence.max_rollbacks); },
+       [](RunSettings& s, const nlohmann::json& j) { s.train.divergence.max_rollbacks = j.get<int64_t>(); }},
+      train_field("skip-batches", &TrainOptions::skip_batches),
       {"moe-capacity-factor",
        [](const RunSettings& s) { return nlohmann::json(s.train.compute.moe_capacity_factor); },
        [](RunSettings& s, const nlohmann::json& j) { s.train.compute.moe_capacity_factor = j.get<double>(); }},
@@ -85,6 +99,25 @@ std::string value_text(const nlohmann::json& j) {
   std::ostringstream os;
   os << j.get<double>();  // 2e-3 stored from a float reads 0.002, not 0.0020000000949949026
   return os.str();
+}
+
+// Whether a saved value has the JSON kind of this setting's own value (`mine`): an integer that
+// fits int64 where mine is an integer, any finite number where mine is a float, and so on, so that
+// reading it cannot overflow (a float too large for int64 would be undefined behaviour).
+bool same_kind(const nlohmann::json& mine, const nlohmann::json& theirs) {
+  if (mine.is_number_unsigned())  // the seed: any uint64
+    return theirs.is_number_unsigned() || (theirs.is_number_integer() && theirs.get<int64_t>() >= 0);
+  if (mine.is_number_integer())
+    return theirs.is_number_unsigned() ? theirs.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max())
+                                       : theirs.is_number_integer();
+  if (mine.is_number_float()) return theirs.is_number() && std::isfinite(theirs.get<double>());
+  if (mine.is_array()) {
+    if (!theirs.is_array()) return false;
+    for (const nlohmann::json& v : theirs)
+      if (!same_kind(nlohmann::json(int64_t(0)), v)) return false;  // the lists settings hold are of integers
+    return true;
+  }
+  return mine.type() == theirs.type();
 }
 
 }  // namespace
@@ -102,6 +135,9 @@ std::string apply_saved_settings(const nlohmann::json& saved, const std::set<std
     if (!saved.contains(x.flag)) continue;  // a checkpoint from before this setting was recorded
     const nlohmann::json& theirs = saved[x.flag];
     if (!given.count(x.flag)) {
+      TP_CHECK(same_kind(x.get(s), theirs), "[apply_saved_settings] checkpoint setting '", x.flag, "' = ",
+               theirs.dump(), " has the wrong type: expected ", x.get(s).type_name(),
+               x.get(s).is_number_integer() ? " (an integer within int64)" : "");
       try {
         x.set(s, theirs);
       } catch (const nlohmann::json::exception& e) {

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 
 #include "core/error.h"
+#include "io/sharded_checkpoint.h"
 #include "train/hf_export.h"
 
 namespace tensorpar {
@@ -25,7 +27,16 @@ void add_expert_load(std::vector<std::vector<double>>& sum, const std::vector<st
 
 Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp,
                  Pipeline* pipeline, Communicator* ep, Communicator* edp)
-    : model_(model), corpus_(corpus), o_(opt), dp_(dp), pipeline_(pipeline), ep_(ep), edp_(edp), opt_(opt.adam) {
+    : model_(model),
+      corpus_(corpus),
+      o_(opt),
+      dp_(dp),
+      pipeline_(pipeline),
+      ep_(ep),
+      edp_(edp),
+      opt_(opt.adam),
+      monitor_(opt.divergence),
+      skipped_(merge_skipped({}, opt.skip_batches)) {
   TP_CHECK(!ep_ || (dp_ && edp_ && !pipeline_), "[Trainer] expert parallelism over data-parallel ranks needs the ",
            "dp and edp groups and no pipeline");
   TP_CHECK(!pipeline_ || &pipeline_->model() == &model, "[Trainer] the pipeline runs another model");
@@ -38,14 +49,17 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
            corpus.train.size(), " tokens, too few for seq ", o_.seq);
   check_retention(o_.retention);
+  check_divergence_policy(o_.divergence);
+  TP_CHECK(!o_.divergence.rollback || !o_.out_dir.empty(),
+           "[Trainer] --on-divergence rollback rolls back to a checkpoint: pass --out DIR");
   model_.set_train_compute(o_.compute);
   if (pipeline_) pipeline_->sync_tied_weights();
 }
 
 std::vector<ParamShard> Trainer::parameters() { return pipeline_ ? pipeline_->parameters() : model_.parameters(); }
 
-std::string Trainer::resume(const std::string& path) {
-  const nlohmann::json state = load_checkpoint(path, parameters(), &opt_);
+nlohmann::json Trainer::load_state(const std::string& path) {
+  nlohmann::json state = load_checkpoint(path, parameters(), &opt_);
   if (state.contains("config") || state.contains("config_interleaved_rope")) {
     // Same tensor names and shapes, but GGUF llama q/k rows only fit interleaved RoPE.
     const ModelConfig saved = stored_model_config(state, path);
@@ -55,6 +69,17 @@ std::string Trainer::resume(const std::string& path) {
              "with its GGUF --model (or none), an HF-started one with its HF directory");
   }
   step_ = state.value("step", int64_t(0));
+  if (state.contains("divergence")) {
+    const nlohmann::json& d = state["divergence"];
+    monitor_.from_json(d.value("loss_window", nlohmann::json::array()));
+    // The batches the checkpoint's run skipped, and those this run was told to (or has since).
+    skipped_ = merge_skipped(skipped_, d.value("skipped_batches", std::vector<int64_t>{}));
+  }
+  return state;
+}
+
+std::string Trainer::resume(const std::string& path) {
+  const nlohmann::json state = load_state(path);
   if (!state.contains("schedule")) return "";
   const nlohmann::json& j = state["schedule"];
   std::string note;
@@ -72,9 +97,31 @@ std::string Trainer::resume(const std::string& path) {
   return note.empty() ? note : "learning-rate schedule differs from the checkpoint's run: " + note;
 }
 
+void Trainer::draw_batch(int64_t batch, int64_t i, Tensor& tokens, Tensor& targets) const {
+  const int64_t n_micro = o_.batch / o_.micro_batch;
+  sample_windows(tokens, targets, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
+                 uint64_t((batch - 1) * n_micro + i));
+  if (o_.poison.batch == batch && o_.poison.kind == PoisonedBatch::Kind::kSpike) {
+    int64_t* t = targets.data<int64_t>();
+    std::fill(t, t + targets.numel(), model_.config().vocab_size - 1);
+  }
+}
+
+bool Trainer::any_rank(bool mine) {
+  float f = mine ? 1.0f : 0.0f;
+  for (Communicator* c : {&model_.tp(), dp_, pipeline_ ? &pipeline_->pp() : nullptr})
+    if (c && c->size() > 1) c->all_reduce(&f, &f, 1, DType::kF32, ReduceOp::kMax);
+  return f > 0;
+}
+
 StepLog Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t n_micro = o_.batch / o_.micro_batch;  // over the DP group
+  const int64_t batch = batch_for_step(step_, skipped_);
+  // The test hook's NaN: every gradient of the poisoned batch becomes NaN, as after an overflow.
+  const float scale = o_.poison.batch == batch && o_.poison.kind == PoisonedBatch::Kind::kNan
+                          ? std::numeric_limits<float>::quiet_NaN()
+                          : 1.0f / float(n_micro);
   model_.zero_grad();
   std::vector<std::vector<double>> log_load;
   double loss = 0;
@@ -83,17 +130,12 @@ StepLog Trainer::train_step() {
     // This DP rank's micro-batches m = dp_rank + i * dp, through the stages in 1F1B order.
     const int64_t mine = (n_micro - dp_rank_ + dp_size_ - 1) / dp_size_;
     loss = pipeline_->forward_backward(
-        mine,
-        [&](int64_t i, Tensor& tokens, Tensor& targets) {
-          sample_windows(tokens, targets, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
-                         uint64_t(step_ * n_micro + dp_rank_ + i * dp_size_));
-        },
-        1.0f / float(n_micro));
+        mine, [&](int64_t i, Tensor& tokens, Tensor& targets) { draw_batch(batch, dp_rank_ + i * dp_size_, tokens, targets); },
+        scale);
   } else {
     for (int64_t m = dp_rank_; m < n_micro; m += dp_size_) {
-      sample_windows(x, y, corpus_.train, o_.micro_batch, o_.seq, o_.seed, kTrainStream,
-                     uint64_t(step_ * n_micro + m));
-      loss += model_.forward_backward(x, y, 1.0f / float(n_micro));
+      draw_batch(batch, m, x, y);
+      loss += model_.forward_backward(x, y, scale);
       add_expert_load(log_load, model_.expert_load());
     }
   }
@@ -103,14 +145,47 @@ StepLog Trainer::train_step() {
   StepLog log;
   log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pipeline_ ? &pipeline_->pp() : nullptr, ep_);
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
-  opt_.step(params, log.lr);
-  ++step_;
-  log.step = step_;
+  log.step = step_ + 1;
   log.loss = float(loss / double(n_micro));
+  log.expert_load = std::move(log_load);
+  // Judged before the optimizer step, so a diverged step never reaches the weights.
+  const std::optional<std::string> reason = monitor_.verdict(log.loss, log.grad_norm);
+  if (any_rank(reason.has_value())) {
+    log.incident = handle_divergence(reason.value_or("diverged on another rank"), batch);
+  } else {
+    opt_.step(params, log.lr);
+    monitor_.accept(log.loss);
+    ++step_;
+    ++totals_.optimizer_steps;
+  }
   log.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
-  log.expert_load = std::move(log_load);
   return log;
+}
+
+Incident Trainer::handle_divergence(const std::string& reason, int64_t batch) {
+  ++totals_.incidents;
+  Incident inc;
+  inc.batch = batch;
+  inc.reason = reason;
+  inc.running_mean = monitor_.running_mean();
+  const std::string where = "[train] step " + std::to_string(step_ + 1) + " (batch " + std::to_string(batch) +
+                            ") diverged: " + reason + "; the optimizer did not take it";
+  TP_CHECK(o_.divergence.rollback, where,
+           ". Stopping. Resume from the last checkpoint with --skip-batches ", batch,
+           " to leave this batch out, or let the run do that itself with --on-divergence rollback");
+  TP_CHECK(totals_.rollbacks < o_.divergence.max_rollbacks, where, ". Stopping: this run already rolled back ",
+           totals_.rollbacks, " times (--max-rollbacks ", o_.divergence.max_rollbacks,
+           "); lower the learning rate or look at the data");
+  // Every checkpoint was saved after an accepted step: the latest is the last good state.
+  const std::string dir = resolve_checkpoint_dir(o_.out_dir);
+  skipped_ = merge_skipped(skipped_, {batch});
+  load_state(dir);
+  if (pipeline_) pipeline_->sync_tied_weights();
+  ++totals_.rollbacks;
+  inc.rolled_back_to = dir;
+  inc.skipped_batches = skipped_;
+  return inc;
 }
 
 void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
@@ -165,9 +240,11 @@ std::vector<std::string> Trainer::save(const SaveFault& fault) {
   store_model_config(state, model_.config());  // a GGUF llama model's too (see hf_export.h)
   state["seed"] = o_.seed;
   state["schedule"] = {{"lr", o_.lr}, {"min_lr", o_.min_lr}, {"warmup", o_.warmup}, {"steps", o_.steps}};
+  state["divergence"] = {{"loss_window", monitor_.to_json()}, {"skipped_batches", skipped_}};
   // A tied head's copy on the last stage is not saved: the first stage's embedding is the tensor.
   save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault,
                   pipeline_ ? &pipeline_->pp() : nullptr, ep_);
+  ++totals_.checkpoints;
   // save_checkpoint returned on every rank: the new checkpoint is whole and `latest` names it,
   // so older ones may go. One rank removes them (the one that published).
   const bool lead = model_.tp().rank() == 0 && (!pipeline_ || pipeline_->pp().rank() == 0) && dp_rank_ == 0;
@@ -175,8 +252,13 @@ std::vector<std::string> Trainer::save(const SaveFault& fault) {
 }
 
 void Trainer::run(const std::function<void(const StepLog&)>& on_step) {
+  if (o_.divergence.rollback && latest_checkpoint_step(o_.out_dir) < 0) save();  // something to roll back to
   while (step_ < o_.steps) {
     StepLog log = train_step();
+    if (log.incident) {
+      if (on_step) on_step(log);
+      continue;
+    }
     if (o_.eval_every > 0 && (step_ % o_.eval_every == 0 || step_ == o_.steps))
       log.val_loss = evaluate();
     if (!o_.out_dir.empty() &&

@@ -20,6 +20,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_retention.h"
 #include "train/data.h"
+#include "train/divergence.h"
 #include "train/optimizer.h"
 #include "train/pipeline.h"
 
@@ -43,6 +44,25 @@ struct TrainOptions {
   RetentionPolicy retention;   // older checkpoints removed after each save (default: none)
   nlohmann::json extra_state;  // stored in every checkpoint's state (e.g. the tokenizer path)
   TrainCompute compute;        // bf16 matmuls, activation recomputation (see causal_lm.h)
+  DivergencePolicy divergence;  // stop (default) or roll back on a diverged step (divergence.h)
+  std::vector<int64_t> skip_batches;  // batch numbers (from 1) this run never trains on
+  PoisonedBatch poison;               // test-only: a batch made to diverge
+};
+
+// A diverged step (divergence.h): the optimizer did not take it.
+struct Incident {
+  int64_t batch = 0;        // the batch it trained on
+  std::string reason;       // "non-finite gradient norm nan", "loss spike ...", ...
+  double running_mean = 0;  // of the accepted losses before it (NaN when none)
+  std::string rolled_back_to;  // the checkpoint the run continues from ("" when it stopped)
+  std::vector<int64_t> skipped_batches;  // every batch the run skips from now on
+};
+
+// What a run did, for its summary (this process's run, from start or resume to the end).
+struct RunTotals {
+  int64_t optimizer_steps = 0;  // steps taken, including those replayed after a rollback
+  int64_t incidents = 0, rollbacks = 0;
+  int64_t checkpoints = 0;  // checkpoints this rank's group wrote
 };
 
 struct StepLog {
@@ -59,6 +79,9 @@ struct StepLog {
   // Checkpoint directories this step's save made retention remove (world rank 0 only: the rank
   // that removes them).
   std::vector<std::string> removed_checkpoints;
+  // Set when this step diverged: no optimizer step was taken; with --on-divergence rollback the
+  // trainer is back at the checkpoint's step (step() says which) and `step` is the one that failed.
+  std::optional<Incident> incident;
 };
 
 class Trainer {
@@ -74,9 +97,12 @@ class Trainer {
   // the options of the interrupted run reproduces it exactly); returns a note naming the
   // schedule options that differ from the checkpoint's run ("" when they agree).
   std::string resume(const std::string& path);
-  // Runs steps step()+1 .. opt.steps; on_step is called on every rank after each step.
+  // Runs steps step()+1 .. opt.steps; on_step is called on every rank after each step, and after
+  // each incident (StepLog::incident) that rolled the run back. With --on-divergence rollback and
+  // no checkpoint in out_dir yet, it first saves one at this step to roll back to.
   void run(const std::function<void(const StepLog&)>& on_step);
-  // One optimizer step (all micro-batches); returns its log (without val_loss).
+  // One optimizer step (all micro-batches); returns its log (without val_loss). A diverged step
+  // throws Error (policy stop) or rolls back (policy rollback) and returns the incident.
   StepLog train_step();
   // Mean loss over the fixed validation batches.
   float evaluate();
@@ -85,12 +111,23 @@ class Trainer {
   std::vector<std::string> save(const SaveFault& fault = {});
   int64_t step() const { return step_; }
   AdamW& optimizer() { return opt_; }
+  const RunTotals& totals() const { return totals_; }
+  // The batch numbers this run skips (given, and added by rollbacks), ascending.
+  const std::vector<int64_t>& skipped_batches() const { return skipped_; }
 
  private:
   // Sums every gradient (and `loss`) over the DP group.
   void reduce_over_dp(std::vector<ParamShard>& params, double& loss);
   // The parameters the optimizer steps (a pipeline's include a tied head's copy).
   std::vector<ParamShard> parameters();
+  // Parameters, moments, step and the divergence state from a checkpoint; returns its state.
+  nlohmann::json load_state(const std::string& path);
+  // True when `mine` is true on any rank of the run (tp x pp x dp): every rank decides alike.
+  bool any_rank(bool mine);
+  // The diverged step's incident: stops (throws) or rolls back to the latest checkpoint.
+  Incident handle_divergence(const std::string& reason, int64_t batch);
+  // The step's micro-batch i of batch `batch` (1-based), poisoned when the test hook says so.
+  void draw_batch(int64_t batch, int64_t i, Tensor& tokens, Tensor& targets) const;
 
   CausalLM& model_;
   const TokenCorpus& corpus_;
@@ -101,6 +138,9 @@ class Trainer {
   int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
   int64_t step_ = 0;
+  DivergenceMonitor monitor_;
+  std::vector<int64_t> skipped_;  // sorted
+  RunTotals totals_;
 };
 
 }  // namespace tensorpar

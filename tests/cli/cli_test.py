@@ -370,6 +370,51 @@ class Output(Workdir):
             self.assertIn(key, j)
         self.assertEqual(len(j["weights_kv_mb_per_rank"]), 1)
 
+    def test_metrics_port_serves_a_live_run(self):
+        """--metrics-port 0: the run says where its metrics are; a scrape while it trains shows the
+        steps taken, a finite loss, and both ranks' time in collectives (tp 2). The run is stopped
+        by the test once it has seen three steps."""
+        import signal
+        import time
+        import urllib.request
+        p = subprocess.Popen([BIN, "train", *TINY, "--batch", "2", "--steps", "1000000", "--tp", "2", "--json",
+                              "--metrics-port", "0"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             env=BASE_ENV)
+        try:
+            url = None
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while url is None and time.monotonic() < deadline:
+                line = p.stderr.readline()
+                self.assertTrue(line, f"the run ended before announcing its metrics (exit {p.poll()})")
+                m = re.search(r"metrics on (http://127\.0\.0\.1:\d+/metrics)", line)
+                url = m.group(1) if m else None
+            self.assertIsNotNone(url)
+            values = {}
+            while time.monotonic() < deadline:
+                with urllib.request.urlopen(url, timeout=COMM_TIMEOUT) as resp:
+                    self.assertIn("text/plain; version=0.0.4", resp.headers["Content-Type"])
+                    text = resp.read().decode()
+                values = dict(l.rsplit(" ", 1) for l in text.splitlines() if l and not l.startswith("#"))
+                if float(values["tensorpar:train_step"]) >= 3:
+                    break
+                time.sleep(0.05)
+            self.assertGreaterEqual(float(values["tensorpar:train_step"]), 3, text)
+            self.assertLess(float(values["tensorpar:train_loss"]), 20, text)  # finite, a real loss
+            self.assertEqual(float(values["tensorpar:train_incidents_total"]), 0, text)
+            self.assertGreater(float(values["tensorpar:train_tokens_per_second"]), 0, text)
+            for rank in (0, 1):
+                self.assertGreater(float(values[f'tensorpar:train_collective_seconds_total{{rank="{rank}"}}']), 0, text)
+        finally:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=RUN_TIMEOUT)
+            p.stderr.close()
+
+    def test_train_ends_with_a_summary(self):
+        r = run(["train", *TINY, "--batch", "2", "--steps", "3", "--tp", "2"])
+        self.assert_ok(r)
+        self.assertRegex(r.stderr, r"\[train\] done: step 0 -> 3, 3 optimizer steps, 0 incidents \(0 rollbacks\), "
+                                   r"batches skipped: none, 0 checkpoints written, [\d.]+ s \(rank 0: [\d.]+ s in collectives\)")
+
     def test_prompt_from_stdin_and_file_equals_the_flag(self):
         f = self.tmp / "prompt.txt"
         f.write_text("The model\n")
@@ -531,6 +576,47 @@ class Faults(CliCase):
     def test_bad_spec_is_one_clear_error(self):
         r = run(["train", *self.ARGS, "--steps", "6", "--tp", "2"], env_extra={"TENSORPAR_FAULT": "rank:1,op:all_reduce,action:kill"})
         self.assert_fails(r, "[TENSORPAR_FAULT]", "must all be given", "rank:R,op:OP,after:N,action:kill|stall|throw")
+
+    # -- training incidents: a poisoned batch (TENSORPAR_POISON_BATCH, a test-only hook)
+
+    def test_poisoned_batch_rolls_back_and_ends_like_a_run_without_it(self):
+        """Batch 5's gradients are NaN: with --on-divergence rollback the run goes back to step-4,
+        skips batch 5, logs the incident in the --json stream and in its summary (step-0 and steps
+        2, 4, 6, 8 saved), and ends with the
+        loss of a run given --skip-batches 5; the skip is kept in its checkpoints."""
+        common = ["train", *self.ARGS, "--steps", "8", "--tp", "2", "--json"]
+        out = self.tmp / "poisoned"
+        r = run([*common, "--save-every", "2", "--on-divergence", "rollback", "--out", out],
+                env_extra={"TENSORPAR_POISON_BATCH": "batch:5,kind:nan"})
+        self.assert_ok(r)
+        objs = [json.loads(l) for l in lines(r.stdout)]
+        incidents = [o["incident"] for o in objs if "incident" in o]
+        self.assertEqual(len(incidents), 1, r.stdout)
+        self.assertEqual((incidents[0]["step"], incidents[0]["batch"], incidents[0]["action"],
+                          incidents[0]["skipped_batches"]), (5, 5, "rollback", [5]))
+        self.assertIn("non-finite gradient norm", incidents[0]["reason"])
+        self.assertEqual(Path(incidents[0]["rolled_back_to"]).name, "step-4")
+        self.assertIn("[train] done: step 0 -> 8, 8 optimizer steps, 1 incidents (1 rollbacks), batches skipped: 5, "
+                      "5 checkpoints written", r.stderr)
+        steps = [o for o in objs if "step" in o]
+        self.assertEqual([o["step"] for o in steps], [1, 2, 3, 4, 5, 6, 7, 8])
+        index = json.loads((out / "step-8" / "index.json").read_text())
+        self.assertEqual(index["state"]["divergence"]["skipped_batches"], [5])
+
+        clean = run([*common, "--skip-batches", "5"])
+        self.assert_ok(clean)
+        want = [json.loads(l) for l in lines(clean.stdout)]
+        self.assertEqual(steps[-1]["loss"], [o for o in want if "step" in o][-1]["loss"])
+        self.assertIn("0 incidents (0 rollbacks), batches skipped: 5,", clean.stderr)
+
+    def test_poisoned_batch_stops_by_default(self):
+        r = run(["train", *self.ARGS, "--steps", "6", "--tp", "2"], env_extra={"TENSORPAR_POISON_BATCH": "batch:3,kind:nan"})
+        self.assert_fails(r, "step 3 (batch 3) diverged: non-finite gradient norm", "--skip-batches 3",
+                          "--on-divergence rollback", only_line=False)
+
+    def test_rollback_needs_an_output_directory(self):
+        r = run(["train", *self.ARGS, "--steps", "2", "--on-divergence", "rollback"])
+        self.assert_fails(r, "--on-divergence rollback", "--out DIR", only_line=False)
 
     # -- checkpoints: a full disk while saving, a damaged shard at resume
 

@@ -71,6 +71,9 @@ TEST(HfCheckpoint, SingleFileAndBadIndexes) {
   expect_error([&] { HfCheckpoint::open(dir); }, {"weight_map"});
   write_text(dir + "/model.safetensors.index.json", "{");
   expect_error([&] { HfCheckpoint::open(dir); }, {"not valid JSON"});
+  write_text(dir + "/model.safetensors.index.json",
+             "{\"metadata\": " + std::string(100000, '[') + std::string(100000, ']') + "}");
+  expect_error([&] { HfCheckpoint::open(dir); }, {"model.safetensors.index.json", "nested deeper than 128"});
 }
 
 }  // namespace

@@ -110,12 +110,14 @@ TEST(RowwiseMatmul, QuantizedRowsAreBatchInvariant) {
     }
 }
 
-// The inference dispatch (MatmulEngine in row-invariant mode) runs the same kernel.
+// The inference dispatch (MatmulEngine in row-invariant mode, int8 activations off) runs the
+// same kernel.
 TEST(RowwiseMatmul, EngineDispatchesQuantizedWeights) {
   Rng rng(4);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   MatmulEngine eng;
   eng.set_row_invariant(true);
+  eng.set_int8_activations(false);
   for (DType t : {DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
     const Tensor w = testing::random_blocks(rng, 9, 256, t);
     const Tensor x = rng.uniform_tensor({3, 256});

@@ -3,7 +3,8 @@
 // mixed in, over a pool whose blocks are handed out in shuffled order, give bitwise the same
 // logits as each sequence run alone with its whole prompt at once (batch invariance, what the
 // server's determinism rests on). The alone run is the one-sequence path that the conformance
-// tests hold to the transformers references.
+// tests hold to the transformers references. A ":bf16" fixture is loaded with its matrices in
+// bf16 (on a CPU with AMX those multiply on its tiles: amx_matmul.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,7 +27,11 @@ struct Seq {
 class BatchForward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchForward, EqualsEachSequenceAlone) {
-  const std::string path = model_fixture(GetParam());
+  const std::string param = GetParam();
+  const bool bf16 = param.ends_with(":bf16");
+  const std::string path = model_fixture(bf16 ? param.substr(0, param.size() - 5) : param);
+  LoadOptions lo;
+  if (bf16) lo.float_weights = DType::kBF16;
   const auto base = read_numbers<int32_t>(model_fixture("llama_gqa/tokens.txt"));
   ASSERT_GE(base.size(), size_t(20));
   std::vector<Seq> seqs(3);
@@ -39,7 +44,7 @@ TEST_P(BatchForward, EqualsEachSequenceAlone) {
   for (int tp : {1, 2, 3}) {
     SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp));
     run_model_ranks(tp, [&](Communicator& world) {
-      auto m = load_model(path, world);
+      auto m = load_model(path, world, lo);
       const int64_t Vl = m->vocab_range().size();
       // Alone: whole prompt, then one decode row.
       std::vector<std::vector<float>> want_prompt, want_decode;
@@ -98,7 +103,8 @@ TEST_P(BatchForward, EqualsEachSequenceAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchForward,
                          ::testing::Values("llama_gqa", "gpt2", "qwen2_bias", "llama_odd",
-                                           "llama_gqa_gguf/model-q4_1.gguf", "llama_gqa_gguf/model-f16.gguf"),
+                                           "llama_gqa_gguf/model-q4_1.gguf", "llama_gqa_gguf/model-f16.gguf",
+                                           "llama_gqa:bf16", "gpt2:bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

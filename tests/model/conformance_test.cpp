@@ -29,6 +29,7 @@ std::vector<float> run_logits(const std::string& model_path, int tp, const std::
   std::mutex mu;
   run_model_ranks(tp, [&](Communicator& world) {
     auto m = load_model(model_path, world);
+    m->set_int8_activations(false);  // the references multiply f32 activations
     const int64_t V = m->config().vocab_size, T = int64_t(ids.size());
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -49,6 +50,7 @@ std::vector<int64_t> run_greedy(const std::string& model_path, int tp, const std
   std::vector<int64_t> out;
   run_model_ranks(tp, [&](Communicator& world) {
     auto m = load_model(model_path, world);
+    m->set_int8_activations(false);  // the references multiply f32 activations
     auto cache = m->make_cache(int64_t(ids.size()) + n_new);
     std::vector<int32_t> toks(ids.begin(), ids.end());
     Tensor logits = nan_tensor({1, m->vocab_range().size()});

@@ -36,6 +36,7 @@ void run_split(const std::string& path, Split s, const std::vector<int64_t>& ids
   std::mutex mu;
   run_model_ranks(s.tp, [&](Communicator& world) {
     auto m = load_model(path, world, {}, ExpertParallel{s.ep, nullptr});
+    m->set_int8_activations(false);  // the references multiply f32 activations
     const int64_t V = m->config().vocab_size, T = int64_t(ids.size());
     {
       std::lock_guard<std::mutex> lock(mu);

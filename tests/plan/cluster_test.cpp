@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "plan/calibrate.h"
 #include "plan/comm_cost.h"
 #include "plan/device_cost.h"
@@ -52,6 +55,15 @@ TEST(Cluster, JsonRoundTripAndErrors) {
     EXPECT_NE(std::string(e.what()).find("dgx-a100-80g"), std::string::npos);
   }
   EXPECT_THROW(read_cluster_file("/nonexistent/cluster.json"), std::exception);
+  const std::string deep = (std::filesystem::temp_directory_path() / "tp_deep_cluster.json").string();
+  std::ofstream(deep) << "{\"device\": " << std::string(100000, '[') << std::string(100000, ']') << "}";
+  try {
+    read_cluster_file(deep);
+    FAIL() << "deep JSON accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than 128"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(deep);
 }
 
 TEST(Comm, AlphaBetaRing) {

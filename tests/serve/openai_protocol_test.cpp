@@ -306,6 +306,20 @@ TEST(OpenAIParse, BodyMustBeAJsonObject) {
   EXPECT_EQ(parse_json_body(R"({"a": 1})"), json({{"a", 1}}));
 }
 
+// A body nested a million levels deep (1 MB, the default body limit) overflowed the HTTP thread's
+// stack when the logit_bias refusal printed it; nesting is now bounded when the body is parsed.
+TEST(OpenAIParse, DeeplyNestedBodyIs400) {
+  const size_t n = 500000;
+  const std::string deep = "{\"logit_bias\": " + std::string(n, '[') + std::string(n, ']') + ", \"messages\": []}";
+  const ProtocolError e = error_of([&] { parse_json_body(deep); });
+  EXPECT_EQ(e.status, 400);
+  EXPECT_NE(std::string(e.what()).find("nested deeper than 128 levels"), std::string::npos) << e.what();
+  // 128 levels are fine (the refusal is then the field's own).
+  const std::string ok = "{\"logit_bias\": " + std::string(127, '[') + std::string(127, ']') + "}";
+  const ProtocolError bias = error_of([&] { parse_chat_request(parse_json_body(ok)); });
+  EXPECT_EQ(bias.param, "logit_bias") << bias.what();
+}
+
 TEST(OpenAIParse, PromptIdsMustBeInTheVocabulary) {
   const std::vector<int32_t> ok = {0, 5, 99};
   EXPECT_NO_THROW(check_prompt_ids(ok, 100));

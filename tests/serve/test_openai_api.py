@@ -6,6 +6,7 @@ their order, not speed.
 """
 import json
 import signal
+import subprocess
 import socket
 import threading
 import time
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 
-from conftest import CTX, REQUEST_TIMEOUT, Server, http_request
+from conftest import CTX, REQUEST_TIMEOUT, Server, _binary, _model, http_request
 
 # A fixed English text; prompts are cut from it at different lengths.
 TEXT = (
@@ -144,8 +145,16 @@ def test_chat_basic(any_tp_server):
     check_usage(r.usage, 32)
     if ch.finish_reason == "length":
         assert r.usage.completion_tokens == 32
-    # The model answers this one.
-    assert "paris" in ch.message.content.lower(), ch.message.content
+    # The answer is the command line's for the same question at the same tp: one engine, whose
+    # kernels give a row the same bits in any batch. (Its words are not asserted: with 8-bit
+    # activations, the default on VNNI CPUs, this 135M model's greedy answer moves with the last
+    # bits of its arithmetic; the model's logits are checked against references in
+    # tests/model/default_model_test.cpp.)
+    cli = subprocess.run([_binary(), "generate", "--model", _model(), "--tp", str(s.tp), "--ctx", str(CTX),
+                          "--chat", "--prompt", QUESTION, "--max-tokens", "32", "--json"],
+                         capture_output=True, text=True, timeout=REQUEST_TIMEOUT)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    assert json.loads(cli.stdout.strip().splitlines()[-1])["text"] == ch.message.content
 
 
 def test_completion_basic(any_tp_server):

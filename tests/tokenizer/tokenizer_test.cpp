@@ -134,6 +134,27 @@ TEST(Tokenizer, WordPieceMatchesReference) {
   check_cases(tok, "wordpiece.cases.json");
 }
 
+// A sequence that starts with a continuation piece ("##w"): HF's WordPiece decoder keeps the
+// prefix on a first token, and streaming must give the same text as decode (found by fuzzing:
+// the streamed text had dropped it), also after a flush starts a new sequence.
+TEST(Tokenizer, WordPieceStreamKeepsAFirstTokensPrefix) {
+  const Tokenizer tok = load_json_fixture("wordpiece.tokenizer.json");
+  int32_t cont = -1;
+  for (int32_t id = 0; id < tok.vocab_size() && cont < 0; ++id)
+    if (tok.token_text(id).starts_with("##") && tok.token_text(id).size() > 2) cont = id;
+  ASSERT_GE(cont, 0) << "the fixture has no continuation piece";
+  const std::vector<int32_t> ids = {cont, tok.token_id("a"), cont};
+  const std::string whole = tok.decode(ids);
+  ASSERT_TRUE(whole.starts_with("##")) << whole;
+  StreamDecoder sd(tok);
+  for (int round = 0; round < 2; ++round) {
+    std::string streamed;
+    for (int32_t id : ids) streamed += sd.push(id);
+    streamed += sd.flush();
+    EXPECT_EQ(streamed, whole) << "round " << round;
+  }
+}
+
 // Random UTF-8 text (any code point, surrogates excluded) and random bytes round-trip exactly.
 TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
   TP_SEED_TRACE();
@@ -180,8 +201,9 @@ TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
         EXPECT_EQ(utf8_lossy(d), d);
       }
     }
-    // Byte fallback keeps every byte of valid text that NFKC leaves alone.
-    EXPECT_EQ(more[0].decode(more[0].encode("x" + text)), "x" + more[0].normalize(text));
+    // Byte fallback keeps every byte of valid text that NFKC leaves alone. (Normalized whole:
+    // a text that starts with a combining mark composes with the "x", e.g. x + U+0308 -> U+1E8D.)
+    EXPECT_EQ(more[0].decode(more[0].encode("x" + text)), more[0].normalize("x" + text));
     // Llama 3 has every byte token: exact round trip of any text.
     EXPECT_EQ(toks[1].decode(toks[1].encode(text)), text);
   }
@@ -352,6 +374,78 @@ TEST(Tokenizer, LongTextAndALongSpaceRunRoundTrip) {
   EXPECT_EQ(tok.decode(tok.encode(text)), text);
   const std::string spaces(20000, ' ');
   EXPECT_EQ(tok.decode(tok.encode(spaces)), spaces);
+}
+
+// Malformed fields of tokenizer.json / tokenizer_config.json are Errors naming them, not a JSON
+// library exception or an allocation sized by a bogus id (tests/fuzz/tokenizer_json_fuzz.cpp).
+TEST(Tokenizer, MalformedFieldsAreErrorsNamingThem) {
+  auto refusal = [](const json& tj, const json& cfg = json()) {
+    try {
+      (void)Tokenizer::from_json_string(tj.dump(), cfg.is_null() ? "" : cfg.dump());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto expect_refused = [&](const json& tj, const std::string& names, const json& cfg = json()) {
+    const std::string what = refusal(tj, cfg);
+    EXPECT_NE(what.find(names), std::string::npos) << "'" << names << "' not in '" << what << "'";
+  };
+  const json bpe = json::parse(R"({"model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})");
+  // Found by fuzzing: an id past int32 was truncated to one near 2^30, and the tables sized by
+  // the largest id took gigabytes. Ids are bounded by the file's token count (+ 65536 spare).
+  json t = bpe;
+  t["model"]["vocab"]["ab"] = int64_t(322147483648);
+  expect_refused(t, "vocab entry 'ab': got id 322147483648, expected an integer in [0, 65539)");
+  t = bpe;
+  t["model"]["vocab"]["ab"] = 1000000000;
+  expect_refused(t, "vocab entry 'ab': got id 1000000000");
+  t["model"]["vocab"]["ab"] = 65538;  // the largest id the bound leaves: loads
+  EXPECT_EQ(refusal(t), "");
+  t = bpe;
+  t["model"]["vocab"]["b"] = -1;
+  expect_refused(t, "vocab entry 'b': got id -1");
+  t = bpe;
+  t["added_tokens"] = json::parse(R"([{"id": 4294967298, "content": "<x>"}])");
+  expect_refused(t, "added token \"<x>\": got id 4294967298");
+  // A Unigram unk_id outside the vocab made encode return an id that decode refuses.
+  const json uni = json::parse(
+      R"({"model":{"type":"Unigram","unk_id":7,"vocab":[["<unk>",0],["a",-1],["b",-2]]}})");
+  expect_refused(uni, "Unigram unk_id: got id 7, expected an integer in [0, 3) (an index into the vocab)");
+  t = uni;
+  t["model"]["unk_id"] = 0;
+  const Tokenizer u = Tokenizer::from_json_string(t.dump());
+  EXPECT_EQ(u.encode("abc"), (std::vector<int32_t>{1, 2, 0}));
+  // Fields json::value would have thrown type_error for.
+  t = bpe;
+  t["decoder"] = json::parse(R"({"type":"Strip","content":" ","start":"1","stop":0})");
+  expect_refused(t, "Strip decoder start: got \"1\"");
+  t["decoder"] = json::parse(R"({"type":"Strip","content":" ","start":1e300,"stop":0})");
+  expect_refused(t, "Strip decoder start");
+  t = bpe;
+  t["post_processor"] = json::parse(R"({"type":"TemplateProcessing","single":[{"SpecialToken":"a"}]})");
+  expect_refused(t, "TemplateProcessing single[0].SpecialToken");
+  t["post_processor"] = json::parse(R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":3}}]})");
+  expect_refused(t, "TemplateProcessing single[0].SpecialToken");
+  const json wp = json::parse(
+      R"({"model":{"type":"WordPiece","unk_token":"[UNK]","max_input_chars_per_word":"100","vocab":{"[UNK]":0,"a":1}}})");
+  expect_refused(wp, "WordPiece max_input_chars_per_word");
+  expect_refused(bpe, "chat_template entry", json::parse(R"({"chat_template":[{"name":1,"template":"x"}]})"));
+  expect_refused(bpe, "chat_template entry", json::parse(R"({"chat_template":[{"name":"default","template":[]}]})"));
+  // Nesting is bounded when the text is parsed: a normalizer nested 100000 levels deep overflowed
+  // the stack when the loader copied it.
+  const std::string deep = R"({"model":{"type":"BPE","vocab":{},"merges":[]},"normalizer":)" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}";
+  try {
+    (void)Tokenizer::from_json_string(deep);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.json: JSON nested deeper than 128 levels"), std::string::npos)
+        << e.what();
+  }
+  const Tokenizer listed = Tokenizer::from_json_string(
+      bpe.dump(), R"({"chat_template":[{"name":"tool_use","template":"T"},{"name":"default","template":"D"}]})");
+  EXPECT_EQ(listed.chat_template(), "D");
 }
 
 }  // namespace

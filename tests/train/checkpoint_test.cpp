@@ -254,6 +254,131 @@ TEST(ShardedCheckpoint, ErrorsNameTheProblem) {
   fs::remove_all(root);
 }
 
+// index.json is checked when a checkpoint is opened: every field the reader relies on, with an
+// Error naming it (before, a mistyped field threw json's type_error at first use, a piece past
+// its tensor's shape reached the copy, and a file name could leave the checkpoint directory).
+TEST(ShardedCheckpoint, IndexIsCheckedWhenOpened) {
+  const nlohmann::json good = nlohmann::json::parse(R"({
+    "format": "tensorpar-sharded-checkpoint-v1", "n_files": 2,
+    "files": ["rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"],
+    "file_bytes": [100, 200], "file_xxh64": ["0123456789abcdef", "fedcba9876543210"],
+    "tensors": {"w": {"global_shape": [4, 6], "shard_dim": 1, "pieces": [
+      {"file": 0, "shard_dim": 1, "begin": 0, "end": 3}, {"file": 1, "shard_dim": 1, "begin": 3, "end": 6}]},
+                "n": {"global_shape": [6], "shard_dim": -1, "pieces": [
+      {"file": 0, "shard_dim": -1, "begin": 0, "end": 6}]}},
+    "state": {"step": 3}})");
+  auto refusal = [](const nlohmann::json& j) {
+    try {
+      (void)parse_checkpoint_index(j.dump(), "ck/index.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal(good), "");
+  const std::pair<const char*, const char*> cases[] = {
+      {"/files/1", "\"../../etc/passwd\""},
+      {"/files/0", "5"},
+      {"/n_files", "3"},
+      {"/file_bytes/0", "-1"},
+      {"/file_xxh64/1", "\"xyz\""},
+      {"/tensors/w/global_shape/0", "-4"},
+      {"/tensors/w/global_shape", "[4611686018427387904, 4]"},
+      {"/tensors/w/shard_dim", "2"},
+      {"/tensors/w/pieces/1/file", "2"},
+      {"/tensors/w/pieces/1/end", "7"},
+      {"/tensors/w/pieces/1/begin", "\"3\""},
+      {"/tensors/w/pieces/0", "[]"},
+      {"/tensors/n", "7"},
+      {"/tensors", "[]"},
+      {"/state", "null"},
+      {"/format", "1"},
+  };
+  for (const auto& [where, value] : cases) {
+    nlohmann::json j = good;
+    j[nlohmann::json::json_pointer(where)] = nlohmann::json::parse(value);
+    const std::string what = refusal(j);
+    EXPECT_NE(what.find("ck/index.json"), std::string::npos) << where << " = " << value << ": '" << what << "'";
+  }
+  nlohmann::json no_hash = good;
+  no_hash.erase("file_xxh64");
+  EXPECT_NE(refusal(no_hash).find("file_bytes and file_xxh64 come together"), std::string::npos) << refusal(no_hash);
+  EXPECT_NE(refusal(nlohmann::json::array()).find("expected a JSON object"), std::string::npos);
+  EXPECT_THROW((void)parse_checkpoint_index("{\"format\"", "ck/index.json"), Error);
+  nlohmann::json deep_state = good;
+  deep_state["state"]["run"] = nlohmann::json::parse(std::string(120, '[') + std::string(120, ']'));
+  EXPECT_EQ(refusal(deep_state), "");  // deep, but within the limit
+  const std::string deep = "{\"state\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_THROW((void)parse_checkpoint_index(deep, "ck/index.json"), Error);
+
+  // The reads read_slice plans from the checked index: the overlap of each piece.
+  const nlohmann::json index = parse_checkpoint_index(good.dump(), "ck");
+  const std::vector<SlicePart> cols = plan_checkpoint_slice(index, "w", 1, 2, 5, "ck");
+  ASSERT_EQ(cols.size(), 2u);
+  EXPECT_EQ(cols[0].file, 0);
+  EXPECT_EQ(cols[0].src_begin, 2);
+  EXPECT_EQ(cols[0].dst_end, 1);
+  EXPECT_EQ(cols[1].src_begin, 0);
+  EXPECT_EQ(cols[1].src_end, 2);
+  EXPECT_EQ(cols[1].dst_begin, 1);
+  const std::vector<SlicePart> rows = plan_checkpoint_slice(index, "w", 0, 1, 3, "ck");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].shard_dim, 1);
+  EXPECT_EQ(rows[1].shard_begin, 3);
+  EXPECT_EQ(rows[1].src_end, 3);
+  nlohmann::json gap = good;
+  gap["tensors"]["w"]["pieces"][1]["begin"] = 4;
+  EXPECT_THROW((void)plan_checkpoint_slice(parse_checkpoint_index(gap.dump(), "ck"), "w", 1, 0, 6, "ck"), Error);
+  EXPECT_THROW((void)plan_checkpoint_slice(index, "w", 1, 0, 7, "ck"), Error);
+  EXPECT_THROW((void)plan_checkpoint_slice(index, "absent", 0, 0, 1, "ck"), Error);
+
+  // The reader goes through the same checks.
+  const std::string root = fresh_dir("bad_index");
+  nlohmann::json escape = good;
+  escape["files"][0] = "../x.safetensors";
+  std::ofstream(root + "/index.json") << escape.dump();
+  try {
+    ShardedCheckpointReader r(root);
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("../x.safetensors"), std::string::npos) << e.what();
+  }
+  fs::remove_all(root);
+}
+
+// The trainer state that resume and export read is type-checked (before, a "step" of "3" or a
+// "schedule" array threw json's type_error out of train --resume).
+TEST(ShardedCheckpoint, StateFieldsAreChecked) {
+  auto refusal = [](const std::string& text) {
+    try {
+      check_checkpoint_state(nlohmann::json::parse(text), "ck/index.json");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal(R"({"step": 4, "optimizer_steps": 4, "tp": 2, "pp": 1, "seed": 18446744073709551615,
+                        "tokenizer": "t.json", "data": "d.txt", "schedule": {"lr": 0.001, "steps": 6},
+                        "run": {"batch": 4}})"),
+            "");
+  EXPECT_EQ(refusal("{}"), "");
+  EXPECT_NE(refusal(R"({"step": "3"})").find("\"step\" is \"3\", expected an integer >= 0"), std::string::npos);
+  EXPECT_NE(refusal(R"({"step": -1})").find("\"step\""), std::string::npos);
+  EXPECT_NE(refusal(R"({"optimizer_steps": 1.5})").find("\"optimizer_steps\""), std::string::npos);
+  EXPECT_NE(refusal(R"({"tokenizer": 7})").find("\"tokenizer\" is 7, expected a string"), std::string::npos);
+  EXPECT_NE(refusal(R"({"schedule": [1]})").find("\"schedule\" is [1]"), std::string::npos);
+  EXPECT_NE(refusal(R"({"schedule": {"lr": "fast"}})").find("\"schedule\".lr"), std::string::npos);
+  EXPECT_NE(refusal(R"({"run": 3})").find("\"run\" is 3"), std::string::npos);
+  EXPECT_EQ(refusal(R"({"divergence": {"loss_window": [3.5, 3.25], "skipped_batches": [5, 9]}})"), "");
+  EXPECT_NE(refusal(R"({"divergence": []})").find("\"divergence\" is []"), std::string::npos);
+  EXPECT_NE(refusal(R"({"divergence": {"loss_window": ["x"]}})").find("\"divergence\".loss_window"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"divergence": {"skipped_batches": [0]}})").find("batch numbers >= 1"), std::string::npos);
+  EXPECT_NE(refusal(R"({"divergence": {"skipped_batches": 5}})").find("\"divergence\".skipped_batches"),
+            std::string::npos);
+  EXPECT_NE(refusal("[]").find("expected an object"), std::string::npos);
+}
+
 ModelConfig tiny_gpt2() {
   ModelConfig c;
   c.model_type = "gpt2";

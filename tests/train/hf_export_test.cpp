@@ -113,6 +113,27 @@ TEST(StoredModelConfig, RoundTripsBothLayouts) {
   EXPECT_NE(missing.find("tensorpar_rope_layout"), std::string::npos) << missing;
 }
 
+// The layout and norm-offset keys of a stored config are type-checked: a checkpoint index whose
+// "tensorpar_rope_layout" is not a string threw json's type_error out of resume and export.
+TEST(StoredModelConfig, MistypedKeysAreErrors) {
+  nlohmann::json inter;
+  ModelConfig c = tiny_llama();
+  c.rope.layout = RopeLayout::kInterleaved;
+  store_model_config(inter, c);
+  inter["config_interleaved_rope"]["tensorpar_rope_layout"] = 5;
+  const std::string layout = error_of([&] { stored_model_config(inter, "ck/step-5"); });
+  EXPECT_NE(layout.find("tensorpar_rope_layout '5'"), std::string::npos) << layout;
+  nlohmann::json gemma = {{"config", {{"model_type", "gemma3_text"}, {"vocab_size", 64}, {"hidden_size", 32},
+                                      {"num_hidden_layers", 2}, {"num_attention_heads", 2}, {"head_dim", 16},
+                                      {"intermediate_size", 64}, {"tensorpar_norm_weight_offset", "1"}}}};
+  const std::string offset = error_of([&] { stored_model_config(gemma, "ck/step-6"); });
+  EXPECT_NE(offset.find("tensorpar_norm_weight_offset \"1\", expected 0 or 1"), std::string::npos) << offset;
+  gemma["config"]["tensorpar_norm_weight_offset"] = 0;
+  EXPECT_EQ(stored_model_config(gemma, "ck").norm_weight_offset, 0.0f);
+  gemma["config"].erase("tensorpar_norm_weight_offset");
+  EXPECT_EQ(stored_model_config(gemma, "ck").norm_weight_offset, 1.0f);
+}
+
 // The llama_gqa GGUF (f16, Q/K rows in llama.cpp's order) loaded at tp 2, checkpointed, exported: the HF directory holds llama_gqa's own weights (to f16 precision), a plain
 // llama config.json, and at tp 1 gives the GGUF model's logits.
 TEST(Export, GgufLlamaRunBecomesPlainHfDirectory) {

@@ -39,12 +39,16 @@ RunSettings a_run() {
   s.train.compute.moe_aux_loss_coef = 0.05;
   s.train.compute.moe_z_loss_coef = 0.001;
   s.train.compute.moe_capacity_factor = 1.25;
+  s.train.divergence.rollback = true;
+  s.train.divergence.spike_factor = 3.5;
+  s.train.divergence.max_rollbacks = 7;
+  s.train.skip_batches = {12, 40};
   return s;
 }
 
 TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   const nlohmann::json saved = run_settings_json(a_run());
-  EXPECT_EQ(saved.size(), 23u);  // a new setting must be added to the list below too
+  EXPECT_EQ(saved.size(), 27u);  // a new setting must be added to the list below too
   RunSettings resumed;           // all defaults, as a bare `--resume DIR` parses
   EXPECT_EQ(apply_saved_settings(saved, {}, resumed), "");
   EXPECT_EQ(resumed.data, "/data/fortunes");
@@ -70,6 +74,10 @@ TEST(RunSettings, EverySettingComesBackFromTheCheckpoint) {
   EXPECT_EQ(resumed.train.compute.moe_aux_loss_coef, 0.05);
   EXPECT_EQ(resumed.train.compute.moe_z_loss_coef, 0.001);
   EXPECT_EQ(resumed.train.compute.moe_capacity_factor, 1.25);
+  EXPECT_TRUE(resumed.train.divergence.rollback);
+  EXPECT_EQ(resumed.train.divergence.spike_factor, 3.5);
+  EXPECT_EQ(resumed.train.divergence.max_rollbacks, 7);
+  EXPECT_EQ(resumed.train.skip_batches, (std::vector<int64_t>{12, 40}));
 }
 
 TEST(RunSettings, GivenFlagsWinAndOnlyRealChangesAreReported) {
@@ -83,6 +91,35 @@ TEST(RunSettings, GivenFlagsWinAndOnlyRealChangesAreReported) {
   EXPECT_EQ(resumed.train.steps, 500);
   EXPECT_EQ(resumed.train.compute.matmul_dtype, DType::kF32);
   EXPECT_EQ(resumed.train.micro_batch, 8);  // not given: the checkpoint's
+}
+
+// A saved value of the wrong kind is an Error naming the setting, never a conversion: a float too
+// large for int64 read as an integer was undefined behaviour (found by fuzz_checkpoint_index).
+TEST(RunSettings, ASavedValueOfTheWrongKindIsAnError) {
+  const nlohmann::json good = run_settings_json(a_run());
+  for (const auto& [flag, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"keep-last", nlohmann::json::parse("184467440737095516150")},
+           {"keep-last", 2.5},
+           {"batch", "8"},
+           {"lr", nullptr},
+           {"bf16", 1},
+           {"skip-batches", nlohmann::json::array({1, 2.5})},
+           {"seed", -1}}) {
+    nlohmann::json saved = good;
+    saved[flag] = bad;
+    RunSettings s;
+    try {
+      apply_saved_settings(saved, {}, s);
+      ADD_FAILURE() << flag << " = " << bad.dump() << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'" + flag + "'"), std::string::npos) << e.what();
+    }
+  }
+  RunSettings s;
+  nlohmann::json big_seed = good;
+  big_seed["seed"] = uint64_t(18446744073709551615ull);
+  EXPECT_NO_THROW(apply_saved_settings(big_seed, {}, s));
+  EXPECT_EQ(s.train.seed, 18446744073709551615ull);
 }
 
 TEST(RunSettings, ACheckpointWithoutASettingLeavesItAlone) {

@@ -11,11 +11,18 @@
 
 // Everything below (and only that: headers are included above) is compiled for AVX-512, so no
 // inline function of a shared header can be emitted here with instructions other CPUs lack.
+// clang (the fuzz build) has no `#pragma GCC target`: it gets the same target as an attribute
+// on every function below.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"))), \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 // GCC 12 flags the deliberately undefined lanes inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#endif
 
 namespace tensorpar::threads {
 namespace {
@@ -75,5 +82,9 @@ void reduce_range_avx512(DType dtype, ReduceOp op, const void* const* srcs, int 
 
 }  // namespace tensorpar::threads::detail
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
+#endif

@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/amx_matmul.h"
+#include "kernels/cpu/avx512bf16_matmul.h"
 #include "kernels/cpu/rowwise_matmul.h"
 
 namespace tensorpar {
@@ -279,7 +282,18 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
            ", expected (..,", weight.dim(0), ") with the rows of in");
   if (eng.row_invariant()) {
     const Tensor a = converted(eng, in2, DType::kF32, 0);
-    rowwise_matmul_forward(out2, a, weight, bias);
+    // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
+    // 8-bit activations on VNNI, where the CPU has them (the choice depends on the CPU and the
+    // weight type only, never on M: every row of every batch takes the same path).
+    if (weight.dtype() == DType::kBF16 && amx_bf16_usable())
+      amx_bf16_matmul_forward(out2, a, weight, bias, eng.scratch(4, amx_bf16_scratch_bytes(a.dim(0), a.dim(1))));
+    else if (eng.int8_activations() && dtype_is_quantized(weight.dtype()) && int8_matmul_usable(weight.dtype()))
+      int8_matmul_forward(out2, a, weight, bias, eng.scratch(4, int8_matmul_scratch_bytes(a.dim(0), a.dim(1), weight.dtype())));
+    else if (weight.dtype() == DType::kBF16 && avx512_bf16_usable())
+      avx512bf16_matmul_forward(out2, a, weight, bias,
+                                eng.scratch(4, avx512bf16_scratch_bytes(a.dim(0), a.dim(1))));
+    else
+      rowwise_matmul_forward(out2, a, weight, bias);
     return;
   }
   if (dtype_is_quantized(weight.dtype())) {

@@ -24,7 +24,7 @@ class MatmulEngine {
   // A scratch buffer of at least nbytes, 64-byte aligned, owned by the engine; `slot` picks one
   // of a few independent buffers (contents are kept until the slot is asked for more bytes).
   void* scratch(int slot, int64_t nbytes);
-  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul; 0-2 and 5: matmul
+  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul; 0-2 and 5: matmul; 4: bf16 activations
 
   // The dtype matmul_forward/matmul_backward multiply f32 weights and activations in: kF32
   // (default) or kBF16 (both operands rounded to bf16, f32 accumulation, outputs and gradients
@@ -35,10 +35,16 @@ class MatmulEngine {
 
   // Row-invariant mode (inference): matmul_forward computes every output row with kernels whose
   // arithmetic for a row does not depend on how many rows share the call (rowwise_matmul.h, for
-  // float and block-quantized weights), so a sequence's logits are bitwise the same alone or in
-  // any batch. Off (oneDNN, and the fused few-row kernel for quantized weights) for training.
+  // float and block-quantized weights; amx_matmul.h / avx512bf16_matmul.h for bf16 weights where the CPU has AMX / AVX512-BF16,
+  // int8_matmul.h for most GGUF block types where it has AVX512-VNNI), so a
+  // sequence's logits are bitwise the same alone or in any batch. Off (oneDNN, and the fused few-row kernel for quantized weights) for training.
   void set_row_invariant(bool on) { row_invariant_ = on; }
   bool row_invariant() const { return row_invariant_; }
+  // In row-invariant mode, block-quantized weights multiply activations rounded to 8 bits
+  // (int8_matmul.h, llama.cpp's numerics) where the CPU has the kernel; false keeps f32
+  // activations (rowwise_matmul.h: slower, a little more accurate). On by default.
+  void set_int8_activations(bool on) { int8_activations_ = on; }
+  bool int8_activations() const { return int8_activations_; }
 
   struct Impl;
   Impl& impl() { return *impl_; }
@@ -47,6 +53,7 @@ class MatmulEngine {
   std::unique_ptr<Impl> impl_;
   DType compute_ = DType::kF32;
   bool row_invariant_ = false;
+  bool int8_activations_ = true;
 };
 
 // c (...,M,N) = alpha * a (...,M,K) x b (...,K,N) [+ bias (N)] + beta * c.

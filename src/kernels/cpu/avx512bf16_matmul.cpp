@@ -1,0 +1,127 @@
+// AVX512-BF16 matmul (see avx512bf16_matmul.h). The activations are rounded to bf16 once into
+// rows of Kp = K rounded up to 32 (zeros past K); a weight row's last partial chunk is loaded
+// masked (zeros past K), so every chunk is a whole VDPBF16PS. Input rows are taken in chunks of
+// kRowChunk (their bf16 copy stays in L2); within a chunk, threads split the weight rows in
+// blocks of 4, each block multiplied against the chunk's rows 4 at a time.
+// GCC 12 falsely flags the intrinsic headers' undefined-vector idiom in target-attribute
+// functions (its bug 105593); the warning is about the header, not this file.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/cpu/avx512bf16_matmul.h"
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "kernels/cpu/bf16_operands.h"
+
+namespace tensorpar {
+
+namespace {
+
+constexpr int kChunk = 32;        // bf16 values of K per VDPBF16PS
+constexpr int kWRows = 4;         // weight rows per register block
+constexpr int kXRows = 4;         // input rows per register block
+constexpr int64_t kRowChunk = 64;  // input rows whose bf16 copy stays in L2 while the weight streams
+
+struct Operands : Bf16Operands {
+  int64_t Kp;          // K rounded up to whole chunks
+  const uint16_t* xb;  // bf16 activations (M, Kp)
+};
+
+constexpr auto round_up = round_up_to;
+
+#define TP_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+template <int WR, int XR>
+TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0) {
+  __m512 acc[WR][XR];
+  for (int i = 0; i < WR; ++i)
+    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int64_t full = o.K / kChunk * kChunk;
+  for (int64_t k = 0; k < o.Kp; k += kChunk) {
+    __m512i w[WR], x[XR];
+    const __mmask32 mask = k < full ? ~__mmask32(0) : __mmask32((uint64_t(1) << (o.K - k)) - 1);
+    for (int i = 0; i < WR; ++i) w[i] = _mm512_maskz_loadu_epi16(mask, o.w + (n0 + i) * o.ldw + k);
+    for (int j = 0; j < XR; ++j) x[j] = _mm512_loadu_si512(o.xb + (m0 + j) * o.Kp + k);
+    for (int i = 0; i < WR; ++i)
+      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[i], (__m512bh)x[j]);
+  }
+  for (int i = 0; i < WR; ++i) {
+    const float b = o.bias ? o.bias[n0 + i] : 0.0f;
+    for (int j = 0; j < XR; ++j) o.out[(m0 + j) * o.ldo + n0 + i] = _mm512_reduce_add_ps(acc[i][j]) + b;
+  }
+}
+
+template <int WR>
+TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, int64_t m_end) {
+  int64_t m = m_begin;
+  for (; m + kXRows <= m_end; m += kXRows) block<WR, kXRows>(o, n0, m);
+  switch (m_end - m) {
+    case 3: block<WR, 3>(o, n0, m); break;
+    case 2: block<WR, 2>(o, n0, m); break;
+    case 1: block<WR, 1>(o, n0, m); break;
+    default: break;
+  }
+}
+
+TP_AVX512BF16 void run(const Operands& o) {
+  const int64_t blocks = (o.N + kWRows - 1) / kWRows;
+#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
+  {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < o.M; ++m) {
+      uint16_t* dst = const_cast<uint16_t*>(o.xb) + m * o.Kp;
+      const float* src = o.x + m * o.ldx;
+      for (int64_t k = 0; k < o.K; ++k) dst[k] = f32_to_bf16(src[k]).bits;
+      std::memset(dst + o.K, 0, size_t(o.Kp - o.K) * sizeof(uint16_t));
+    }
+    for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
+      const int64_t c1 = std::min(o.M, c0 + kRowChunk);
+#pragma omp for schedule(static)
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t n0 = b * kWRows;
+        switch (std::min<int64_t>(kWRows, o.N - n0)) {
+          case 4: weight_rows<4>(o, n0, c0, c1); break;
+          case 3: weight_rows<3>(o, n0, c0, c1); break;
+          case 2: weight_rows<2>(o, n0, c0, c1); break;
+          default: weight_rows<1>(o, n0, c0, c1); break;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool avx512_bf16_usable() {
+  static const bool usable = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return f && bw && vl && ((a >> 5) & 1);
+  }();
+  return usable;
+}
+
+int64_t avx512bf16_scratch_bytes(int64_t M, int64_t K) {
+  return std::max<int64_t>(M, 1) * round_up(std::max<int64_t>(K, 1), kChunk) * int64_t(sizeof(uint16_t));
+}
+
+void avx512bf16_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
+                               void* scratch) {
+  const Bf16Operands b =
+      check_bf16_operands(out, in, weight, bias, scratch, "avx512bf16_matmul_forward");
+  TP_CHECK(avx512_bf16_usable(), "[avx512bf16_matmul_forward] this CPU has no AVX512-BF16");
+  TP_CHECK(scratch, "[avx512bf16_matmul_forward] no scratch");
+  const Operands o{b, round_up(b.K, kChunk), static_cast<const uint16_t*>(scratch)};
+  if (o.M == 0 || o.N == 0) return;
+  run(o);
+}
+
+}  // namespace tensorpar
