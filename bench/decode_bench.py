@@ -249,14 +249,43 @@ def engine_cmd(engine, a, name, prompt, n):
                          "--max-tokens", str(n), "--threads", str(len(cores))]
 
 
-# "no-amx": the same build with TENSORPAR_NO_AMX=1, i.e. bf16 weights through the AVX-512 row-wise
-# kernel instead of AMX tiles (on a CPU without AMX both rows measure the same path).
+# A fifth word names the kernel bf16 weights go through (TENSORPAR_BF16_KERNEL, the same build):
+# "rowwise" the AVX-512 row-wise kernel (f32 activations), "avx512bf16" the AVX512-BF16 dot kernel;
+# without one, the build's default for the CPU (AMX tiles, else AVX512-BF16 dots, else row-wise).
+# Rows whose kernel is the CPU's default anyway, or that the CPU lacks, are left out.
 ENGINES = ["tensorpar tp1 x2 hf", "tensorpar tp2 x1 hf", "tensorpar tp1 x2 gguf", "tensorpar tp2 x1 gguf",
-           "tensorpar tp1 x2 hf no-amx", "llama.cpp", "pytorch"]
+           "tensorpar tp1 x2 hf rowwise", "tensorpar tp1 x2 hf avx512bf16", "llama.cpp", "pytorch"]
+
+
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        return next((set(ln.split(":", 1)[1].split()) for ln in f if ln.startswith("flags")), set())
+
+
+def default_bf16_kernel():
+    flags = cpu_flags()
+    if "amx_bf16" in flags:
+        return "amx"
+    return "avx512bf16" if "avx512_bf16" in flags else "rowwise"
+
+
+def engine_kernel(engine):
+    words = engine.split()
+    return words[4] if engine.startswith("tensorpar") and len(words) > 4 else None
+
+
+def engine_runs_here(engine):
+    k = engine_kernel(engine)
+    if k is None:
+        return True
+    flags = cpu_flags()
+    usable = {"rowwise": "avx512f" in flags, "avx512bf16": "avx512_bf16" in flags}[k]
+    return usable and k != default_bf16_kernel()
 
 
 def engine_env(engine):
-    return dict(os.environ, TENSORPAR_NO_AMX="1") if engine.endswith("no-amx") else None
+    k = engine_kernel(engine)
+    return dict(os.environ, TENSORPAR_BF16_KERNEL=k) if k else None
 
 
 def weight_bytes(name):
@@ -286,7 +315,8 @@ def run(a):
         corpus = f.read()
     decode_prompt, prefill_prompt = corpus[:a.decode_prompt_chars], corpus[:a.prefill_prompt_chars]
     sizes = a.sizes.split(",")
-    engines = [e for e in ENGINES if not a.engines or any(e.startswith(x) for x in a.engines.split(","))]
+    engines = [e for e in ENGINES if engine_runs_here(e) and
+               (not a.engines or any(e.startswith(x) for x in a.engines.split(",")))]
     for s in sizes:
         for p in (model_dir(s), gguf_path(s)):
             if not os.path.exists(p):

@@ -14,7 +14,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -200,8 +199,6 @@ void run(const Operands& o, uint16_t* xb, const uint16_t* n_tail) {
 
 bool amx_bf16_usable() {
   static const bool usable = [] {
-    const char* off = std::getenv("TENSORPAR_NO_AMX");
-    if (off && *off && std::string(off) != "0") return false;
     return cpu_has_amx_bf16() && request_tile_data();
   }();
   return usable;

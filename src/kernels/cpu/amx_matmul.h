@@ -17,8 +17,7 @@
 namespace tensorpar {
 
 // True when the CPU has AMX-TILE and AMX-BF16 and the kernel granted this process the tile data
-// state (Linux arch_prctl ARCH_REQ_XCOMP_PERM), asked once. TENSORPAR_NO_AMX=1 makes it false
-// (to compare against the AVX-512 path in one run).
+// state (Linux arch_prctl ARCH_REQ_XCOMP_PERM), asked once.
 bool amx_bf16_usable();
 
 // Scratch bytes amx_bf16_matmul_forward needs for M rows of K (the packed activations).

@@ -36,24 +36,36 @@ struct Operands : Bf16Operands {
 constexpr auto round_up = round_up_to;
 
 #define TP_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// Every loop over a block's rows unrolled before GCC's scalar replacement runs: otherwise at -O3
+// (-fpeel-loops) the accumulator array stays in memory and every chunk stores all of it.
+#define TP_UNROLL _Pragma("GCC unroll 8")
+
+// One chunk of 32 values of K into every accumulator of the block; `mask` zeroes the weights past
+// K in the last chunk (the activations there are zeros already).
+template <int WR, int XR>
+TP_AVX512BF16 inline __attribute__((always_inline)) void chunk(__m512 (&acc)[WR][XR], const uint16_t* wb,
+                                                               int64_t ldw, const uint16_t* xb, int64_t ldx,
+                                                               int64_t k, __mmask32 mask) {
+  __m512i w[WR], x[XR];
+  TP_UNROLL for (int i = 0; i < WR; ++i) w[i] = _mm512_maskz_loadu_epi16(mask, wb + i * ldw + k);
+  TP_UNROLL for (int j = 0; j < XR; ++j) x[j] = _mm512_load_si512(xb + j * ldx + k);
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[i], (__m512bh)x[j]);
+}
 
 template <int WR, int XR>
 TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0) {
   __m512 acc[WR][XR];
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  const uint16_t* wb = o.w + n0 * o.ldw;
+  const uint16_t* xb = o.xb + m0 * o.Kp;
   const int64_t full = o.K / kChunk * kChunk;
-  for (int64_t k = 0; k < o.Kp; k += kChunk) {
-    __m512i w[WR], x[XR];
-    const __mmask32 mask = k < full ? ~__mmask32(0) : __mmask32((uint64_t(1) << (o.K - k)) - 1);
-    for (int i = 0; i < WR; ++i) w[i] = _mm512_maskz_loadu_epi16(mask, o.w + (n0 + i) * o.ldw + k);
-    for (int j = 0; j < XR; ++j) x[j] = _mm512_loadu_si512(o.xb + (m0 + j) * o.Kp + k);
-    for (int i = 0; i < WR; ++i)
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[i], (__m512bh)x[j]);
-  }
-  for (int i = 0; i < WR; ++i) {
+  for (int64_t k = 0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  if (full < o.K) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, full, __mmask32((uint64_t(1) << (o.K - full)) - 1));
+  TP_UNROLL for (int i = 0; i < WR; ++i) {
     const float b = o.bias ? o.bias[n0 + i] : 0.0f;
-    for (int j = 0; j < XR; ++j) o.out[(m0 + j) * o.ldo + n0 + i] = _mm512_reduce_add_ps(acc[i][j]) + b;
+    TP_UNROLL for (int j = 0; j < XR; ++j) o.out[(m0 + j) * o.ldo + n0 + i] = _mm512_reduce_add_ps(acc[i][j]) + b;
   }
 }
 

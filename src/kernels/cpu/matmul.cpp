@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -265,6 +267,31 @@ Tensor compute_weight(MatmulEngine& eng, const Tensor& weight, int slot) {
   return weight;
 }
 
+// The kernel row-invariant inference multiplies bf16 weights with: AMX tiles where the CPU has
+// them, else AVX512-BF16 dots, else the row-wise AVX-512 kernel (f32 activations).
+// TENSORPAR_BF16_KERNEL=amx|avx512bf16|rowwise picks one, to measure them against each other on
+// one machine (bench/decode_bench.py); one this CPU cannot run is an error. Read once.
+enum class Bf16Kernel { kAmx, kAvx512Bf16, kRowwise };
+
+Bf16Kernel bf16_kernel() {
+  static const Bf16Kernel kernel = [] {
+    const char* env = std::getenv("TENSORPAR_BF16_KERNEL");
+    const std::string asked = env ? env : "";
+    if (asked.empty()) {
+      if (amx_bf16_usable()) return Bf16Kernel::kAmx;
+      return avx512_bf16_usable() ? Bf16Kernel::kAvx512Bf16 : Bf16Kernel::kRowwise;
+    }
+    if (asked == "rowwise") return Bf16Kernel::kRowwise;
+    TP_CHECK(asked == "amx" || asked == "avx512bf16", "TENSORPAR_BF16_KERNEL=", asked,
+             ": expected amx, avx512bf16 or rowwise");
+    const bool amx = asked == "amx";
+    TP_CHECK(amx ? amx_bf16_usable() : avx512_bf16_usable(), "TENSORPAR_BF16_KERNEL=", asked,
+             ": this CPU (or its kernel) does not allow it");
+    return amx ? Bf16Kernel::kAmx : Bf16Kernel::kAvx512Bf16;
+  }();
+  return kernel;
+}
+
 void check_weight(const Tensor& weight, int64_t K, const char* where) {
   TP_CHECK(weight.ndim() == 2 && weight.dim(1) == K, "[", where, "] weight: got ",
            weight.describe(), ", expected (N,", K, ") in the [out,in] layout");
@@ -285,11 +312,12 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
     // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
     // 8-bit activations on VNNI, where the CPU has them (the choice depends on the CPU and the
     // weight type only, never on M: every row of every batch takes the same path).
-    if (weight.dtype() == DType::kBF16 && amx_bf16_usable())
+    const bool bf16 = weight.dtype() == DType::kBF16;
+    if (bf16 && bf16_kernel() == Bf16Kernel::kAmx)
       amx_bf16_matmul_forward(out2, a, weight, bias, eng.scratch(4, amx_bf16_scratch_bytes(a.dim(0), a.dim(1))));
     else if (eng.int8_activations() && dtype_is_quantized(weight.dtype()) && int8_matmul_usable(weight.dtype()))
       int8_matmul_forward(out2, a, weight, bias, eng.scratch(4, int8_matmul_scratch_bytes(a.dim(0), a.dim(1), weight.dtype())));
-    else if (weight.dtype() == DType::kBF16 && avx512_bf16_usable())
+    else if (bf16 && bf16_kernel() == Bf16Kernel::kAvx512Bf16)
       avx512bf16_matmul_forward(out2, a, weight, bias,
                                 eng.scratch(4, avx512bf16_scratch_bytes(a.dim(0), a.dim(1))));
     else
