@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/bf16_operands.h"
+#include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
 
@@ -36,9 +37,7 @@ struct Operands : Bf16Operands {
 constexpr auto round_up = round_up_to;
 
 #define TP_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-// Every loop over a block's rows unrolled before GCC's scalar replacement runs: otherwise at -O3
-// (-fpeel-loops) the accumulator array stays in memory and every chunk stores all of it.
-#define TP_UNROLL _Pragma("GCC unroll 8")
+
 
 // One chunk of 32 values of K into every accumulator of the block; `mask` zeroes the weights past
 // K in the last chunk (the activations there are zeros already).

@@ -32,6 +32,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/unroll.h"
 
 #define TP_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
 
@@ -265,12 +266,12 @@ TP_VNNI void legacy_dot(const char* const* w, int64_t nb, const char* act, const
   const int64_t bb = dtype_block_bytes(T);
   constexpr bool kOffsetTerm = T == DType::kQ4_1 || T == DType::kQ5_1;
   __m512 acc[W][R];
-  for (int i = 0; i < W; ++i)
-    for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
+  TP_UNROLL for (int i = 0; i < W; ++i)
+    TP_UNROLL for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; b += 2) {
     __m512i codes[W];
     __m512 dw[W];
-    for (int i = 0; i < W; ++i) {
+    TP_UNROLL for (int i = 0; i < W; ++i) {
       if constexpr (kUnpacked) {
         codes[i] = _mm512_load_si512(w[i] + b / 2 * 128);
         dw[i] = _mm512_load_ps(w[i] + b / 2 * 128 + 64);
@@ -285,19 +286,19 @@ TP_VNNI void legacy_dot(const char* const* w, int64_t nb, const char* act, const
       }
     }
     const int64_t lane = b * 8;  // first of the 16 lanes of this chunk
-    for (int r = 0; r < R; ++r) {
+    TP_UNROLL for (int r = 0; r < R; ++r) {
       const char* a = act + r * l.row_bytes;
       const __m512i x = _mm512_load_si512(a + b * kQuantBlock);
       const __m512i corr = _mm512_load_si512(a + l.off_b + lane * 4);
       const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(a + l.off_a) + lane);
-      for (int i = 0; i < W; ++i) {
+      TP_UNROLL for (int i = 0; i < W; ++i) {
         const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, codes[i], x)), dx);
         acc[i][r] = _mm512_fmadd_ps(t, dw[i], acc[i][r]);
       }
     }
   }
-  for (int i = 0; i < W; ++i)
-    for (int r = 0; r < R; ++r) {
+  TP_UNROLL for (int i = 0; i < W; ++i)
+    TP_UNROLL for (int r = 0; r < R; ++r) {
       float v = _mm512_reduce_add_ps(acc[i][r]);
       if constexpr (kOffsetTerm) {
         const float* sx = reinterpret_cast<const float*>(act + r * l.row_bytes + l.off_c);
@@ -422,7 +423,7 @@ TP_VNNI void kquant_dot(const char* wrow, int64_t nsb, const char* act, const Ac
   const int64_t bb = dtype_block_bytes(T);
   __m512 acc[R];
   __m256 accm[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+  TP_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
   KBlock k;
   for (int64_t s = 0; s < nsb; ++s) {
     if constexpr (kUnpacked) {
@@ -431,7 +432,7 @@ TP_VNNI void kquant_dot(const char* wrow, int64_t nsb, const char* act, const Ac
       for (int64_t p = 0; p < bb; p += 64) _mm_prefetch(wrow + s * bb + kPrefetchBytes + p, _MM_HINT_T0);
       kquant_unpack<T>(wrow + s * bb, k);
     }
-    for (int r = 0; r < R; ++r) {
+    TP_UNROLL for (int r = 0; r < R; ++r) {
       const char* a = act + r * l.row_bytes;
       const char* x = a + s * kKQuantBlock;
       // Per 64 weights: the exact int32 lane sums (Q6_K's -32 folded in by the accumulator's
@@ -451,7 +452,7 @@ TP_VNNI void kquant_dot(const char* wrow, int64_t nsb, const char* act, const Ac
       acc[r] = _mm512_fmadd_ps(sb, _mm512_set1_ps(k.d * dx), acc[r]);
     }
   }
-  for (int r = 0; r < R; ++r) {
+  TP_UNROLL for (int r = 0; r < R; ++r) {
     float m = 0.0f;
     if constexpr (T != DType::kQ6_K) {
       const __m128 h = _mm_add_ps(_mm256_castps256_ps128(accm[r]), _mm256_extractf128_ps(accm[r], 1));
