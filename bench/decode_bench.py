@@ -4,7 +4,7 @@
 llama.cpp (llama-cpp-python, bf16 GGUF, 2 threads) and PyTorch/transformers (bf16, 2 threads), all
 pinned to the same cores, in interleaved rounds (medians). Decode is also given as a fraction of
 the roofline: weight bytes read per token / the memory bandwidth measured here with as many
-concurrent streams as the engines use cores.
+concurrent streams as the engines use cores (before every round and after the last; the median).
 
 The models are random (normal, std 0.02, fixed seed; norms 1), written by transformers as bf16
 safetensors + config.json + tokenizer (the trimmed Llama 3 tokenizer of the tokenizer fixtures:
@@ -325,13 +325,22 @@ def run(a):
             "cpu": next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                         platform.processor()),
             "loadavg_start": os.getloadavg(), "seed": SEED}
-    meta["bandwidth"] = measure_bandwidth(len(a.cores), a.cores)
-    bw = meta["bandwidth"]
-    print(f"# bandwidth, {len(a.cores)} streams: read {bw['read_gb_s']:.1f} GB/s, copy {bw['copy_gb_s']:.1f} GB/s",
-          file=sys.stderr)
+    # The bandwidth before every round and after the last (a shared machine's memory bandwidth
+    # moves with its neighbours); the roofline is taken at the median read bandwidth.
+    samples = []
+
+    def sample_bandwidth():
+        bw = measure_bandwidth(len(a.cores), a.cores)
+        samples.append(bw)
+        print(f"# bandwidth, {len(a.cores)} streams: read {bw['read_gb_s']:.1f} GB/s, copy {bw['copy_gb_s']:.1f} GB/s",
+              file=sys.stderr)
+
+    sample_bandwidth()
     raw = {s: {e: {"decode": [], "prefill": []} for e in engines} for s in sizes}
     versions = {}
     for rnd in range(a.rounds):
+        if rnd > 0:
+            sample_bandwidth()
         for s in sizes:
             order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]  # rotate who goes first
             for e in order:
@@ -349,6 +358,11 @@ def run(a):
         if a.out:  # every round kept, even if a later one is interrupted
             with open(a.out + ".partial", "w") as f:
                 json.dump({"meta": meta, "versions": versions, "raw": raw}, f, indent=1)
+    sample_bandwidth()
+    meta["bandwidth_samples"] = samples
+    meta["bandwidth"] = dict(samples[0], read_gb_s=statistics.median(b["read_gb_s"] for b in samples),
+                             copy_gb_s=statistics.median(b["copy_gb_s"] for b in samples))
+    bw = meta["bandwidth"]
     meta["loadavg_end"] = os.getloadavg()
     meta["versions"] = versions
     summary = {}
@@ -371,12 +385,17 @@ def run(a):
             os.remove(a.out + ".partial")
 
 
+def bandwidth_range(meta):
+    reads = [b["read_gb_s"] for b in meta.get("bandwidth_samples", [])]
+    return f"; median of {len(reads)} samples, {min(reads):.1f}-{max(reads):.1f}" if len(reads) > 1 else ""
+
+
 def report(summary, meta, engines):
     bw = meta["bandwidth"]["read_gb_s"]
     for s, S in summary.items():
         wb = S["weight_bytes_per_token"]
         print(f"\n### {s}: {wb / 1e9:.3f} GB of weights read per token; roofline {bw / (wb / 1e9):.1f} tok/s "
-              f"at {bw:.1f} GB/s ({meta['bandwidth']['streams']} read streams)\n")
+              f"at {bw:.1f} GB/s ({meta['bandwidth']['streams']} read streams{bandwidth_range(meta)})\n")
         L = S["engines"].get("llama.cpp")
         T = S["engines"].get("pytorch")
         print("| engine | decode tok/s | decode GB/s | of roofline | decode / llama.cpp | decode / PyTorch "
