@@ -73,14 +73,17 @@ TEST(PagedAttention, MatchesNaive) {
 }
 
 // The server's shapes: 16- and 32-token blocks (the 16-lane transposed score path), head sizes
-// 64 (whole 64-wide value accumulators) and 80 (a 16-wide tail), 150+ keys.
+// 64 (whole 64-wide value accumulators) and 80 (a 16-wide tail), 150+ keys; 3, 4, 5 and 9 query
+// heads per kv head (tiles of four heads, whole and with every remainder).
 TEST(PagedAttention, MatchesNaiveAtServingShapes) {
   Rng rng(13);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (auto [NH, NKV] : std::vector<std::pair<int64_t, int64_t>>{{6, 2}, {8, 2}, {10, 2}, {9, 1}})
   for (int64_t bs : {16, 32})
     for (int64_t hs : {64, 80})
     for (int64_t window : {0, 37, 16}) {
-      SCOPED_TRACE("block " + std::to_string(bs) + " HS " + std::to_string(hs) + " window " + std::to_string(window));
+      SCOPED_TRACE("heads " + std::to_string(NH) + "/" + std::to_string(NKV) + " block " + std::to_string(bs) +
+                   " HS " + std::to_string(hs) + " window " + std::to_string(window));
       const int64_t n_blocks = 40;
       std::vector<float> k = rng.uniform_vec(size_t(n_blocks * bs * NKV * hs)), v = rng.uniform_vec(k.size());
       std::vector<int32_t> pool(n_blocks);

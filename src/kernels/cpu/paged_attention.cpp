@@ -1,8 +1,8 @@
 // Paged attention (see paged_attention.h): per (query row, kv head) work item, the heads of the
-// group score every key of the sequence through its block table, then softmax and sum in key
-// order (two passes over stored scores, no online rescaling); the
-// row stops at its own position (causal) and starts at the oldest key of its sliding window (if
-// any), so no masked score enters any sum.
+// group (in tiles of up to four, sharing each key and value load) score every key of the sequence
+// through its block table, then softmax and sum in key order (two passes over stored scores, no
+// online rescaling); the row stops at its own position (causal) and starts at the oldest key of
+// its sliding window (if any), so no masked score enters any sum.
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -29,6 +29,9 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 #define TP_FMA_CLONES
 #endif
 constexpr int64_t kLanes = 16;  // keys scored side by side
+// The helpers below are inlined into row_group's clones, so each runs with its clone's ISA (FMA
+// included); an outlined copy would be built for the baseline ISA, where std::fma is a libm call.
+#define TP_INLINE inline __attribute__((always_inline))
 
 PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSeq> seqs, const char* where) {
   PagedAttentionDims d = in;
@@ -45,12 +48,19 @@ PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSe
 }
 
 
-// Scores of n keys starting at key `first` (a multiple of kLanes) of a sequence whose blocks hold
-// transposed keys (HS, bs), bs a multiple of kLanes: 16 keys per lane vector, four vectors side
-// by side (independent fma chains, so the loop is not latency-bound). Each key's score is its
-// own fma chain over i. scores[j] is key first + j.
-inline void scores_transposed(float* scores, const float* q, const float* k_pool, const int32_t* blocks,
-                              int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
+// Heads of one kv group taken together: they share every key and value load, so the loops over
+// keys read each key and value once per tile of heads instead of once per head.
+constexpr int kHeadTile = 4;
+
+// Scores of H heads (queries q + h * HS) over n keys starting at key `first` (a multiple of
+// kLanes) of a sequence whose blocks hold transposed keys (HS, bs), bs a multiple of kLanes: 16
+// keys per lane vector, four vectors side by side (independent fma chains, so the loop is not
+// latency-bound). Each key's score is its own fma chain over i, whatever H is.
+// scores[h * stride + j] is head h's score of key first + j.
+template <int H>
+TP_INLINE void scores_transposed(float* scores, int64_t stride, const float* q, const float* k_pool,
+                              const int32_t* blocks, int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS,
+                              int64_t bs) {
   const int64_t n_chunks = (n + kLanes - 1) / kLanes;
   for (int64_t c0 = 0; c0 < n_chunks; c0 += 4) {
     const float* ptr[4];
@@ -58,95 +68,124 @@ inline void scores_transposed(float* scores, const float* q, const float* k_pool
       const int64_t key0 = first + std::min(c0 + c, n_chunks - 1) * kLanes;  // unused slots repeat the last
       ptr[c] = k_pool + (int64_t(blocks[key0 / bs]) * NKV + g) * HS * bs + key0 % bs;
     }
-    float acc[4][kLanes] = {};
+    float acc[H][4][kLanes] = {};
     for (int64_t i = 0; i < HS; ++i) {
-      const float qi = q[i];
       for (int64_t c = 0; c < 4; ++c) {
         const float* kc = ptr[c] + i * bs;
+        for (int h = 0; h < H; ++h) {
+          const float qi = q[h * HS + i];
 #pragma omp simd
-        for (int64_t l = 0; l < kLanes; ++l) acc[c][l] = std::fma(qi, kc[l], acc[c][l]);
+          for (int64_t l = 0; l < kLanes; ++l) acc[h][c][l] = std::fma(qi, kc[l], acc[h][c][l]);
+        }
       }
     }
     for (int64_t c = 0; c < 4 && c0 + c < n_chunks; ++c) {
       const int64_t key0 = (c0 + c) * kLanes;
-      std::copy(acc[c], acc[c] + std::min(kLanes, n - key0), scores + key0);
+      for (int h = 0; h < H; ++h)
+        std::copy(acc[h][c], acc[h][c] + std::min(kLanes, n - key0), scores + h * stride + key0);
     }
   }
 }
 
 // The same scores for any block size (tests, short one-sequence caches): key by key.
-inline void scores_any(float* scores, const float* q, const float* k_pool, const int32_t* blocks, int64_t first,
-                       int64_t n, int64_t NKV, int64_t g, int64_t HS, int64_t bs) {
-  for (int64_t jj = 0; jj < n; ++jj) {
-    const int64_t j = first + jj;
-    const float* kt = k_pool + (int64_t(blocks[j / bs]) * NKV + g) * HS * bs + j % bs;
-    float a = 0.0f;
-    for (int64_t i = 0; i < HS; ++i) a = std::fma(q[i], kt[i * bs], a);
-    scores[jj] = a;
-  }
+TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, const float* k_pool,
+                       const int32_t* blocks, int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS,
+                       int64_t bs) {
+  for (int h = 0; h < H; ++h)
+    for (int64_t jj = 0; jj < n; ++jj) {
+      const int64_t j = first + jj;
+      const float* kt = k_pool + (int64_t(blocks[j / bs]) * NKV + g) * HS * bs + j % bs;
+      float a = 0.0f;
+      for (int64_t i = 0; i < HS; ++i) a = std::fma(q[h * HS + i], kt[i * bs], a);
+      scores[h * stride + jj] = a;
+    }
 }
 
-// o (w) = sum over keys [first, first + n) of p_j v_j[i0 .. i0 + w) (p[0] is key first), each
-// element its own fma chain in key order.
-template <int64_t W>
-inline void weighted_values(float* o, const float* p, const float* v_pool, const int32_t* blocks, int64_t first,
-                            int64_t n, int64_t kv_stride, int64_t col, int64_t bs, int64_t w) {
-  float a[W] = {};
+// For each of H heads: o + h * HS (w values) = sum over keys [first, first + n) of
+// p[h * stride + j - first] v_j[i0 .. i0 + w), each element its own fma chain in key order.
+template <int H, int64_t W>
+TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
+                            const int32_t* blocks, int64_t first, int64_t n, int64_t kv_stride, int64_t col,
+                            int64_t bs, int64_t w) {
+  float a[H][W] = {};
   for (int64_t j = first; j < first + n; ++j) {
-    const float pj = p[j - first];
     const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
-    if (w == W) {
+    for (int h = 0; h < H; ++h) {
+      const float pj = p[h * stride + j - first];
+      if (w == W) {
 #pragma omp simd
-      for (int64_t l = 0; l < W; ++l) a[l] = std::fma(pj, vr[l], a[l]);
-    } else {
-      for (int64_t l = 0; l < w; ++l) a[l] = std::fma(pj, vr[l], a[l]);
+        for (int64_t l = 0; l < W; ++l) a[h][l] = std::fma(pj, vr[l], a[h][l]);
+      } else {
+        for (int64_t l = 0; l < w; ++l) a[h][l] = std::fma(pj, vr[l], a[h][l]);
+      }
     }
   }
-  std::copy(a, a + w, o);
+  for (int h = 0; h < H; ++h) std::copy(a[h], a[h] + w, o + h * HS);
 }
 
-// One query row, the G heads of kv head g: every score of the row first (and its max), then the
-// exponentials and the weighted values in key order. Nothing depends on how keys are grouped
-// into blocks or how rows are batched: each score and each output element is one fma chain in
-// a fixed order. scores: scratch of at least pos + 1 floats.
-TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
-                                const PagedSeq& s, int64_t pos, int64_t g, const PagedAttentionDims& d,
-                                float* scores) {
-  const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size;
+// H heads of kv head g, from head h0, for one query row: every score of the row first (and its
+// max), then the exponentials and the weighted values in key order. Nothing depends on how keys
+// are grouped into blocks, how rows are batched or how heads are tiled: each score and each
+// output element is one fma chain in a fixed order. scores: H rows of `stride` floats (64-byte
+// aligned, stride a multiple of 16) holding at least pos + 1 each.
+template <int H>
+TP_INLINE void head_tile(float* out, const float* q, const float* k_pool, const float* v_pool, const PagedSeq& s,
+                      int64_t pos, int64_t g, int64_t h0, const PagedAttentionDims& d, float* scores,
+                      int64_t stride) {
+  const int64_t HS = d.HS, bs = d.block_size;
   const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
   // Keys [first, pos] are seen (the sliding window's, or all); scoring starts at a lane boundary
   // at or before `first` so the transposed lanes stay whole, and the extra scores are unused.
   // Both depend on the position only, never on the batch.
   const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
   const int64_t scored_from = first / kLanes * kLanes, n_keys = pos + 1 - first;
-  for (int64_t hh = 0; hh < G; ++hh) {
-    const int64_t h = g * G + hh;
-    const float* qr = q + h * HS;
-    float* o = out + h * HS;
-    if (bs % kLanes == 0)
-      scores_transposed(scores, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
-    else
-      scores_any(scores, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
-    scores += first - scored_from;
+  const float* qr = q + h0 * HS;
+  float* o = out + h0 * HS;
+  if (bs % kLanes == 0)
+    scores_transposed<H>(scores, stride, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
+  else
+    scores_any(scores, stride, H, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
+  float* p = scores + (first - scored_from);
+  float sum[H];
+  for (int h = 0; h < H; ++h) {
+    float* sc = p + h * stride;
     float m = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : m)
     for (int64_t j = 0; j < n_keys; ++j) {
-      scores[j] *= d.scale;
-      m = std::max(m, scores[j]);
+      sc[j] *= d.scale;
+      m = std::max(m, sc[j]);
     }
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+    float total = 0.0f;
+#pragma omp simd reduction(+ : total)
     for (int64_t j = 0; j < n_keys; ++j) {
-      scores[j] = fast_exp(scores[j] - m);
-      sum += scores[j];
+      sc[j] = fast_exp(sc[j] - m);
+      total += sc[j];
     }
-    for (int64_t i0 = 0; i0 < HS; i0 += 64)
-      weighted_values<64>(o + i0, scores, v_pool, s.blocks, first, n_keys, kv_stride, g * HS + i0, bs,
-                          std::min<int64_t>(64, HS - i0));
-    scores -= first - scored_from;
-    const float inv = 1.0f / sum;
+    sum[h] = total;
+  }
+  for (int64_t i0 = 0; i0 < HS; i0 += 64)
+    weighted_values<H, 64>(o + i0, HS, p, stride, v_pool, s.blocks, first, n_keys, kv_stride, g * HS + i0, bs,
+                           std::min<int64_t>(64, HS - i0));
+  for (int h = 0; h < H; ++h) {
+    const float inv = 1.0f / sum[h];
+    float* oh = o + h * HS;
 #pragma omp simd
-    for (int64_t i = 0; i < HS; ++i) o[i] *= inv;
+    for (int64_t i = 0; i < HS; ++i) oh[i] *= inv;
+  }
+}
+
+// One query row, the G heads of kv head g, in tiles of up to kHeadTile heads.
+TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
+                             const PagedSeq& s, int64_t pos, int64_t g, const PagedAttentionDims& d, float* scores,
+                             int64_t stride) {
+  const int64_t G = d.NH / d.NKV;
+  for (int64_t h0 = g * G; h0 < (g + 1) * G; h0 += kHeadTile) {
+    switch (std::min<int64_t>(kHeadTile, (g + 1) * G - h0)) {
+      case 4: head_tile<4>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
+      case 3: head_tile<3>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
+      case 2: head_tile<2>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
+      default: head_tile<1>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
+    }
   }
 }
 
@@ -167,15 +206,18 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const int64_t items = int64_t(rows.size()) * d.NKV, row_stride = d.NH * d.HS;
 #pragma omp parallel if (keys * d.NH * d.HS > kMinParallelWork)
   {
-    // 64-byte aligned, so no vector loop over it is ever peeled differently for another batch.
-    std::vector<float> scores_buf(size_t(max_keys + 16));
+    // kHeadTile rows of scores, each 64-byte aligned, so no vector loop over one is ever peeled
+    // differently for another batch.
+    const int64_t stride = (max_keys + 16 + 15) / 16 * 16;
+    std::vector<float> scores_buf(size_t(kHeadTile * stride + 16));
     float* scores = scores_buf.data() + (16 - (reinterpret_cast<uintptr_t>(scores_buf.data()) / 4) % 16) % 16;
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < items; ++it) {
       const auto [si, t] = rows[size_t(it / d.NKV)];
       const PagedSeq& s = seqs[size_t(si)];
       const int64_t r = s.row_begin + t;
-      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d, scores);
+      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d, scores,
+                stride);
     }
   }
 }
