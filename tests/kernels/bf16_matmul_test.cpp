@@ -112,6 +112,32 @@ TEST_P(Bf16Matmul, RowsAreBatchInvariant) {
   EXPECT_TRUE(bitwise_equal(single.to_vector(), all.to_vector()));
 }
 
+// K long enough for a kernel to walk it in slabs (the AVX512-BF16 kernel's accumulators wait in
+// memory between slabs of 2048): one, two and three slabs with a partial last chunk, row counts
+// across its 64-row chunks; against the naive product, and each row alone bitwise as in the batch.
+TEST_P(Bf16Matmul, LongKMatchesNaiveAndRowsAreBatchInvariant) {
+  const Bf16Kernel& kernel = GetParam();
+  Rng rng(14);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (int64_t K : {3072, 3104, 5000, 7000})
+    for (int64_t M : {1, 7, 70}) {
+      const int64_t N = 9;
+      SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K));
+      const Tensor x = rng.uniform_tensor({M, K});
+      const Tensor w = rng.uniform_tensor({N, K}, DType::kBF16);
+      const Tensor b = rng.uniform_tensor({N});
+      Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
+      kernel(got, x, w, &b);
+      bf16_rounded_matmul_naive(want, x, w, &b);
+      ASSERT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), 1e-6 * double(K) + 1e-6);
+      for (int64_t r : {int64_t(0), M / 2, M - 1}) {
+        Tensor one = nan_tensor({1, N});
+        kernel(one, x.slice(0, r, r + 1), w, &b);
+        EXPECT_TRUE(bitwise_equal(row(one, 0), row(got, r))) << "row " << r << " alone";
+      }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, Bf16Matmul,
                          ::testing::Values(Bf16Kernel{"amx", &amx_bf16_usable, &amx_bf16_scratch_bytes,
                                                       &amx_bf16_matmul_forward},

@@ -28,6 +28,8 @@ constexpr int kChunk = 32;        // bf16 values of K per VDPBF16PS
 constexpr int kWRows = 4;         // weight rows per register block
 constexpr int kXRows = 4;         // input rows per register block
 constexpr int64_t kRowChunk = 64;  // input rows whose bf16 copy stays in L2 while the weight streams
+constexpr int64_t kSlab = 2048;    // values of K per pass of a block (a K up to 1.5x this is one slab)
+constexpr int64_t kPartialFloats = kWRows * kXRows * 16;  // one block's accumulators between slabs
 
 struct Operands : Bf16Operands {
   int64_t Kp;          // K rounded up to whole chunks
@@ -52,15 +54,25 @@ TP_AVX512BF16 inline __attribute__((always_inline)) void chunk(__m512 (&acc)[WR]
     TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[i], (__m512bh)x[j]);
 }
 
+// The chunks [k0, k1) of one register block. A long K is walked in slabs (so that a block's
+// weight rows and input rows of one slab stay in L1 together); between slabs the 16-lane
+// accumulators wait in `partial` (WR x XR vectors, exact), so every output still sees the same
+// chunk sequence and the same final reduction.
 template <int WR, int XR>
-TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0) {
+TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, int64_t k1, float* partial) {
   __m512 acc[WR][XR];
   TP_UNROLL for (int i = 0; i < WR; ++i)
-    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+    TP_UNROLL for (int j = 0; j < XR; ++j)
+      acc[i][j] = k0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(partial + (i * XR + j) * 16);
   const uint16_t* wb = o.w + n0 * o.ldw;
   const uint16_t* xb = o.xb + m0 * o.Kp;
-  const int64_t full = o.K / kChunk * kChunk;
-  for (int64_t k = 0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  const int64_t full = std::min(k1, o.K / kChunk * kChunk);
+  for (int64_t k = k0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  if (k1 < o.Kp) {
+    TP_UNROLL for (int i = 0; i < WR; ++i)
+      TP_UNROLL for (int j = 0; j < XR; ++j) _mm512_store_ps(partial + (i * XR + j) * 16, acc[i][j]);
+    return;
+  }
   if (full < o.K) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, full, __mmask32((uint64_t(1) << (o.K - full)) - 1));
   TP_UNROLL for (int i = 0; i < WR; ++i) {
     const float b = o.bias ? o.bias[n0 + i] : 0.0f;
@@ -68,15 +80,23 @@ TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0) {
   }
 }
 
+// Weight rows [n0, n0 + WR) against input rows [m_begin, m_end), slab by slab; `partial` holds
+// one block's accumulators for each group of kXRows input rows.
 template <int WR>
-TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, int64_t m_end) {
-  int64_t m = m_begin;
-  for (; m + kXRows <= m_end; m += kXRows) block<WR, kXRows>(o, n0, m);
-  switch (m_end - m) {
-    case 3: block<WR, 3>(o, n0, m); break;
-    case 2: block<WR, 2>(o, n0, m); break;
-    case 1: block<WR, 1>(o, n0, m); break;
-    default: break;
+TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, int64_t m_end, float* partial) {
+  // One group of input rows reuses nothing across slabs: it takes K whole.
+  const int64_t slab = m_end - m_begin > kXRows ? kSlab : o.Kp;
+  for (int64_t k0 = 0, k1 = 0; k0 < o.Kp; k0 = k1) {
+    k1 = o.Kp - k0 <= slab + slab / 2 ? o.Kp : k0 + slab;  // no short last slab
+    int64_t m = m_begin;
+    float* p = partial;
+    for (; m + kXRows <= m_end; m += kXRows, p += kPartialFloats) block<WR, kXRows>(o, n0, m, k0, k1, p);
+    switch (m_end - m) {
+      case 3: block<WR, 3>(o, n0, m, k0, k1, p); break;
+      case 2: block<WR, 2>(o, n0, m, k0, k1, p); break;
+      case 1: block<WR, 1>(o, n0, m, k0, k1, p); break;
+      default: break;
+    }
   }
 }
 
@@ -91,16 +111,17 @@ TP_AVX512BF16 void run(const Operands& o) {
       for (int64_t k = 0; k < o.K; ++k) dst[k] = f32_to_bf16(src[k]).bits;
       std::memset(dst + o.K, 0, size_t(o.Kp - o.K) * sizeof(uint16_t));
     }
+    alignas(64) float partial[kRowChunk / kXRows * kPartialFloats];
     for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
       const int64_t c1 = std::min(o.M, c0 + kRowChunk);
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t n0 = b * kWRows;
         switch (std::min<int64_t>(kWRows, o.N - n0)) {
-          case 4: weight_rows<4>(o, n0, c0, c1); break;
-          case 3: weight_rows<3>(o, n0, c0, c1); break;
-          case 2: weight_rows<2>(o, n0, c0, c1); break;
-          default: weight_rows<1>(o, n0, c0, c1); break;
+          case 4: weight_rows<4>(o, n0, c0, c1, partial); break;
+          case 3: weight_rows<3>(o, n0, c0, c1, partial); break;
+          case 2: weight_rows<2>(o, n0, c0, c1, partial); break;
+          default: weight_rows<1>(o, n0, c0, c1, partial); break;
         }
       }
     }
