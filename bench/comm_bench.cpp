@@ -289,8 +289,8 @@ void add_comm_bench(CLI::App& bench) {
   auto sizes = std::make_shared<std::pair<std::string, std::string>>("8", "64M");
   CLI::App* cmd = bench.add_subcommand(
       "comm", "Collective sweep over message sizes (nccl-tests style) with mem_eff vs memcpy");
-  cmd->add_option("--backend", cfg->backend, "threads | mpi (run under mpirun)")
-      ->check(CLI::IsMember({"threads", "mpi"}));
+  cmd->add_option("--backend", cfg->backend, "threads | mpi | hybrid (mpi and hybrid under mpirun)")
+      ->check(CLI::IsMember({"threads", "mpi", "hybrid"}));
   cmd->add_option("--ranks", cfg->ranks, "Ranks (threads backend; mpi uses the MPI world)")
       ->check(CLI::Range(1, 64));
   cmd->add_option("--op", cfg->op, "all_reduce | all_gather | reduce_scatter | broadcast | all_to_all")

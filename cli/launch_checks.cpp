@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 
+#include "comm/communicator.h"
 #include "core/error.h"
 
 namespace tensorpar::cli {
@@ -25,10 +26,10 @@ int mpi_launcher_world_size(std::string* source) {
 void check_launch(const CommonOptions& common, const char* command) {
   std::string source;
   const int world = mpi_launcher_world_size(&source);
-  TP_CHECK(world <= 1 || common.backend == "mpi", "[", command,
+  TP_CHECK(world <= 1 || is_mpi_job(backend_from_name(common.backend)), "[", command,
            "] started by an MPI launcher as one of ", world, " processes (", source,
            ") with --backend ", common.backend,
-           ": each process would run the whole job alone; add --backend mpi");
+           ": each process would run the whole job alone; add --backend mpi (or hybrid)");
 }
 
 }  // namespace tensorpar::cli

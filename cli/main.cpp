@@ -9,8 +9,10 @@
 namespace tensorpar::cli {
 
 void add_common_options(CLI::App& cmd, CommonOptions& opts) {
-  cmd.add_option("--backend", opts.backend, "Communication backend: threads | mpi")
-      ->check(CLI::IsMember({"threads", "mpi"}));
+  cmd.add_option("--backend", opts.backend,
+                 "Communication backend: threads | mpi | hybrid (mpi with two-level collectives: shared memory "
+                 "inside a host, the network between hosts; docs/multihost.md)")
+      ->check(CLI::IsMember({"threads", "mpi", "hybrid"}));
   cmd.add_option("--tp", opts.tp, "Tensor-parallel size (threads backend: ranks in this process)")
       ->check(CLI::Range(1, 64));
   cmd.add_option("--ep", opts.ep,

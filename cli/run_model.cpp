@@ -87,7 +87,7 @@ void run_with_model(const char* command, const CommonOptions& common, const Mode
   lc.n_ranks = common.tp;
   lc.threads_per_rank = common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(lc.backend != Backend::kMpi || common.tp == 1 || common.tp == world.size(), "[",
+    TP_CHECK(!is_mpi_job(lc.backend) || common.tp == 1 || common.tp == world.size(), "[",
              command, "] --tp ", common.tp, " does not match the MPI world of ", world.size(),
              " ranks (start mpirun -np ", common.tp, ", or leave --tp out to use the whole world)");
     check_tp_size(world.size(), config, command);

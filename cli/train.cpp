@@ -247,7 +247,7 @@ void run_train(TrainCliOptions& o) {
   launch_ranks(lc, [&](Communicator& world) {
     // Under mpirun without --tp/--dp/--pp the whole world is one TP group.
     const bool whole_world =
-        lc.backend == Backend::kMpi && o.common.tp == 1 && o.dp == 1 && o.pp == 1;
+        is_mpi_job(lc.backend) && o.common.tp == 1 && o.dp == 1 && o.pp == 1;
     const int tp_size = whole_world ? world.size() : o.common.tp;
     TP_CHECK(tp_size * o.dp * o.pp == world.size(), "[train] --tp ", tp_size, " x --dp ", o.dp,
              " x --pp ", o.pp, " does not match the MPI world of ", world.size(),
@@ -338,9 +338,10 @@ void run_train(TrainCliOptions& o) {
     if (lead) {
       std::fprintf(
           stderr,
-          "[train] %s, %s, tp %d, pp %d, dp %d, ep %d; matmuls %s; recomputed layers %lld; from step "
-          "%lld\n",
+          "[train] %s, %s, tp %d, pp %d, dp %d, ep %d (world %s); matmuls %s; recomputed layers %lld; "
+          "from step %lld\n",
           model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.pp, o.dp, o.common.ep,
+          world.name().c_str(),
           topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
           (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
           (long long)trainer.step());

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "comm/hybrid/hierarchical_communicator.h"
 #include "comm/mpi/mpi_backend.h"
 #include "core/error.h"
 
@@ -23,6 +24,7 @@ std::string_view backend_name(Backend b) {
     case Backend::kThreads: return "threads";
     case Backend::kMpi: return "mpi";
     case Backend::kNccl: return "nccl";
+    case Backend::kHybrid: return "hybrid";
   }
   return "?";
 }
@@ -31,7 +33,8 @@ Backend backend_from_name(std::string_view name) {
   if (name == "threads") return Backend::kThreads;
   if (name == "mpi") return Backend::kMpi;
   if (name == "nccl") return Backend::kNccl;
-  TP_CHECK(false, "[backend_from_name] unknown backend '", name, "', expected threads | mpi | nccl");
+  if (name == "hybrid") return Backend::kHybrid;
+  TP_CHECK(false, "[backend_from_name] unknown backend '", name, "', expected threads | mpi | hybrid | nccl");
   return Backend::kThreads;
 }
 
@@ -53,6 +56,11 @@ std::unique_ptr<Communicator> make_communicator(Backend backend, const CommOptio
     case Backend::kMpi:
       TP_CHECK(mpi::is_available(), "[make_communicator] this build has no MPI backend");
       return mpi::create_world(options);
+    case Backend::kHybrid: {
+      TP_CHECK(mpi::is_available(), "[make_communicator] this build has no MPI backend (hybrid runs over MPI)");
+      std::unique_ptr<Communicator> world = mpi::create_world(options);
+      return make_hierarchical(std::move(world), mpi::host_id(options));
+    }
     case Backend::kThreads:
       TP_CHECK(false, "[make_communicator] the threads backend starts its ranks together: use launch_ranks");
       break;

@@ -15,11 +15,14 @@
 namespace tensorpar {
 
 enum class ReduceOp : uint8_t { kSum, kMax, kMin };
-enum class Backend : uint8_t { kThreads, kMpi, kNccl };
+// kHybrid: MPI processes, arranged in two levels by host (comm/hybrid/hierarchical_communicator.h).
+enum class Backend : uint8_t { kThreads, kMpi, kNccl, kHybrid };
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view backend_name(Backend b);
-Backend backend_from_name(std::string_view name);  // "threads" | "mpi" | "nccl"
+Backend backend_from_name(std::string_view name);  // "threads" | "mpi" | "hybrid" | "nccl"
+// Whether each rank is its own process of an MPI job (mpi, hybrid): the world is the MPI world.
+constexpr bool is_mpi_job(Backend b) { return b == Backend::kMpi || b == Backend::kHybrid; }
 
 struct CommOptions {
   double timeout_s = 300;  // every blocking wait; TENSORPAR_COMM_TIMEOUT overrides the default
@@ -69,7 +72,7 @@ class Communicator {
   }
 };
 
-// Creates this process's world communicator for mpi (after MPI_Init_thread) or nccl.
+// Creates this process's world communicator for mpi and hybrid (after MPI_Init_thread) or nccl.
 // The threads backend needs a group of ranks at once: see comm/launch.h.
 std::unique_ptr<Communicator> make_communicator(Backend backend, const CommOptions& options);
 

@@ -117,7 +117,7 @@ void launch_mpi(const LaunchConfig& config, const std::function<void(Communicato
   const int local_rank = std::clamp(env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), 0, local_size - 1);
   const RankThreads plan = plan_rank_threads(local_rank, local_size, config.threads_per_rank);
   apply_rank_threads(plan);
-  std::unique_ptr<Communicator> world = make_communicator(Backend::kMpi, config.comm);
+  std::unique_ptr<Communicator> world = make_communicator(config.backend, config.comm);
   const std::optional<FaultSpec> fault = fault_of(config, world->size());
   std::optional<FaultInjectingCommunicator> faulty;
   if (fault) {
@@ -143,7 +143,8 @@ void launch_mpi(const LaunchConfig& config, const std::function<void(Communicato
 void launch_ranks(const LaunchConfig& config, const std::function<void(Communicator& world)>& fn) {
   switch (config.backend) {
     case Backend::kThreads: return launch_threads(config, fn);
-    case Backend::kMpi: return launch_mpi(config, fn);
+    case Backend::kMpi:
+    case Backend::kHybrid: return launch_mpi(config, fn);
     case Backend::kNccl: break;
   }
   TP_CHECK(false, "[launch_ranks] backend ", backend_name(config.backend),

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "comm/hybrid/hierarchical_communicator.h"
 #include "comm/mpi/mpi_backend.h"
 #include "core/half.h"
 #include "test_util.h"
@@ -162,10 +164,8 @@ TEST(MpiComm, AllReduce) {
   check_all_reduce(*c, shared_seed(*c));
 }
 
-TEST(MpiComm, AllGather) {
-  TP_SEED_TRACE();
-  auto c = world();
-  const uint64_t seed = shared_seed(*c);
+void check_all_gather(Communicator& cc, uint64_t seed) {
+  Communicator* c = &cc;
   int salt = 100;
   for (DType d : kDtypes)
     for (int64_t n : kCounts)
@@ -189,10 +189,8 @@ TEST(MpiComm, AllGather) {
       }
 }
 
-TEST(MpiComm, ReduceScatter) {
-  TP_SEED_TRACE();
-  auto c = world();
-  const uint64_t seed = shared_seed(*c);
+void check_reduce_scatter(Communicator& cc, uint64_t seed) {
+  Communicator* c = &cc;
   const int n_ranks = c->size();
   int salt = 200;
   for (DType d : kDtypes)
@@ -224,10 +222,8 @@ TEST(MpiComm, ReduceScatter) {
         }
 }
 
-TEST(MpiComm, Broadcast) {
-  TP_SEED_TRACE();
-  auto c = world();
-  const uint64_t seed = shared_seed(*c);
+void check_broadcast(Communicator& cc, uint64_t seed) {
+  Communicator* c = &cc;
   int salt = 300;
   for (DType d : kDtypes)
     for (int64_t n : kCounts)
@@ -241,13 +237,29 @@ TEST(MpiComm, Broadcast) {
   EXPECT_THROW(c->broadcast(nullptr, 0, DType::kF32, c->size()), Error);
 }
 
+TEST(MpiComm, AllGather) {
+  TP_SEED_TRACE();
+  auto c = world();
+  check_all_gather(*c, shared_seed(*c));
+}
+
+TEST(MpiComm, ReduceScatter) {
+  TP_SEED_TRACE();
+  auto c = world();
+  check_reduce_scatter(*c, shared_seed(*c));
+}
+
+TEST(MpiComm, Broadcast) {
+  TP_SEED_TRACE();
+  auto c = world();
+  check_broadcast(*c, shared_seed(*c));
+}
+
 // Uneven counts known to every rank: rank `from` sends this many elements to rank `to`.
 int64_t a2a_count(int from, int to) { return (from * 3 + to * 5) % 4 + (from == to ? 0 : 1); }
 
-TEST(MpiComm, AllToAllUneven) {
-  TP_SEED_TRACE();
-  auto c = world();
-  const uint64_t seed = shared_seed(*c);
+void check_all_to_all(Communicator& cc, uint64_t seed) {
+  Communicator* c = &cc;
   const int n = c->size(), me = c->rank();
   for (DType d : {DType::kF32, DType::kBF16, DType::kI64})
     for (bool in_place : {false, true}) {
@@ -275,10 +287,8 @@ TEST(MpiComm, AllToAllUneven) {
     }
 }
 
-TEST(MpiComm, SendRecvRing) {
-  TP_SEED_TRACE();
-  auto c = world();
-  const uint64_t seed = shared_seed(*c);
+void check_send_recv_ring(Communicator& cc, uint64_t seed) {
+  Communicator* c = &cc;
   const int n = c->size(), me = c->rank();
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   for (int64_t count : {int64_t(1), int64_t(577), int64_t(300000)}) {  // eager and rendezvous
@@ -306,6 +316,68 @@ TEST(MpiComm, SendRecvRing) {
       EXPECT_NE(std::string(e.what()).find("got 3 elements from rank 0, expected 5"), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(MpiComm, AllToAllUneven) {
+  TP_SEED_TRACE();
+  auto c = world();
+  check_all_to_all(*c, shared_seed(*c));
+}
+
+TEST(MpiComm, SendRecvRing) {
+  TP_SEED_TRACE();
+  auto c = world();
+  check_send_recv_ring(*c, shared_seed(*c));
+}
+
+// The two-level communicator over MPI with made-up hosts (rank % 2): at 4 ranks two hosts of two
+// (every op in two levels, ranks renumbered host-major), at 2 and 3 ranks its flat fallbacks.
+// Every check above runs on it, and on a split that spans both hosts.
+TEST(MpiComm, HierarchicalOverMadeUpHosts) {
+  TP_SEED_TRACE();
+  auto w = world();
+  const uint64_t seed = shared_seed(*w);
+  const int old_rank = w->rank(), n = w->size();
+  auto h = make_hierarchical(std::move(w), old_rank % 2);
+  EXPECT_EQ(h->name().starts_with("hybrid[2 hosts x 2]"), n == 4) << h->name();
+  int expect_rank = 0;  // host-major: the even old ranks first
+  for (int r = 0; r < old_rank; ++r) expect_rank += r % 2 == 0;
+  if (old_rank % 2 == 1) expect_rank = (n + 1) / 2 + old_rank / 2;
+  EXPECT_EQ(h->rank(), expect_rank);
+  check_all_reduce(*h, seed);
+  check_all_gather(*h, seed);
+  check_reduce_scatter(*h, seed);
+  check_broadcast(*h, seed);
+  check_all_to_all(*h, seed);
+  check_send_recv_ring(*h, seed);
+  auto across = h->split(h->rank() % 2, h->rank());
+  check_all_reduce(*across, seed);
+  check_reduce_scatter(*across, seed);
+  h->barrier();
+}
+
+// The hybrid backend's world: two-level where the processes share memory in even groups of more
+// than one on several hosts (mpirun across scripts/hosts.sh's hosts), else flat (plain mpirun on
+// one host); every op right either way.
+TEST(MpiComm, HybridWorld) {
+  TP_SEED_TRACE();
+  auto w = world();
+  const int64_t host = mpi::host_id(CommOptions::from_env());
+  std::vector<int64_t> hosts(static_cast<size_t>(w->size()));
+  w->all_gather(&host, hosts.data(), 1, DType::kI64);
+  std::map<int64_t, int> per_host;
+  for (int64_t h : hosts) ++per_host[h];
+  const int first = per_host.begin()->second;
+  bool even = true;
+  for (const auto& [h, k] : per_host) even = even && k == first;
+  const bool two_level = per_host.size() > 1 && first > 1 && even;
+  auto h = make_communicator(Backend::kHybrid, CommOptions::from_env());
+  EXPECT_EQ(h->name().starts_with("hybrid["), two_level) << h->name() << " over " << per_host.size() << " hosts";
+  const uint64_t seed = shared_seed(*h);
+  check_all_reduce(*h, seed);
+  check_all_gather(*h, seed);
+  check_reduce_scatter(*h, seed);
+  check_broadcast(*h, seed);
 }
 
 TEST(MpiComm, SplitSubGroups) {

@@ -31,6 +31,27 @@ std::unique_ptr<Communicator> create_world(const CommOptions& options) {
   return std::make_unique<MpiCommunicator>(world, "mpi:world", options);
 }
 
+int64_t host_id(const CommOptions& options) {
+  MpiRuntime& runtime = MpiRuntime::get();
+  MPI_Comm node = MPI_COMM_NULL;
+  runtime.run_with_watchdog("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) while finding the hosts",
+                            options.timeout_s, [&] {
+                              mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                                                            MPI_INFO_NULL, &node),
+                                        "mpi::host_id");
+                            });
+  MPI_Group node_group = MPI_GROUP_NULL, world_group = MPI_GROUP_NULL;
+  MPI_Comm_group(node, &node_group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  const int first = 0;
+  int first_in_world = 0;
+  MPI_Group_translate_ranks(node_group, 1, &first, world_group, &first_in_world);
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&world_group);
+  MPI_Comm_free(&node);
+  return first_in_world;
+}
+
 void announce_failure(const std::string& why, double grace_s) {
   MpiRuntime& runtime = MpiRuntime::get();
   if (runtime.failed()) return;  // a communicator failure: the peers see it themselves

@@ -10,6 +10,11 @@ std::unique_ptr<Communicator> create_world(const CommOptions&) {
   return nullptr;
 }
 
+int64_t host_id(const CommOptions&) {
+  TP_CHECK(false, "[mpi::host_id] tensorpar was built without MPI (install libopenmpi-dev)");
+  return 0;
+}
+
 void announce_failure(const std::string&, double) {}
 
 }  // namespace tensorpar::mpi
