@@ -1,6 +1,7 @@
-"""Compares two `tensorpar train --json` streams (timing fields removed): the same records, each
+"""Compares two `tensorpar train --json` streams (timing fields and checkpoint names ignored): the same records, each
 number within a relative 1e-5 of the other. Prints whether they agree bit for bit. Exit 1 if not.
-Usage: compare_records.py NAME A B"""
+With FROM_STEP, only A's records of that step and later (B: a run resumed there).
+Usage: compare_records.py NAME A B [FROM_STEP]"""
 import json
 import math
 import sys
@@ -8,6 +9,11 @@ import sys
 name, a_path, b_path = sys.argv[1:4]
 a = [json.loads(line) for line in open(a_path) if line.strip()]
 b = [json.loads(line) for line in open(b_path) if line.strip()]
+IGNORED = {"tokens_per_s", "ms_per_step", "checkpoint"}
+a = [{k: v for k, v in r.items() if k not in IGNORED} for r in a]
+b = [{k: v for k, v in r.items() if k not in IGNORED} for r in b]
+if len(sys.argv) > 4:
+    a = [r for r in a if r.get("step", 0) >= int(sys.argv[4])]
 steps = [r for r in a if "loss" in r]
 if len(steps) < 2 or len(a) != len(b):
     print(f"FAILED {name}: {len(a)} records against {len(b)} ({len(steps)} steps)")
