@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Simulated hosts on this machine, for multi-host runs (docs/multihost.md):
 #
-#   bash scripts/hosts.sh up N [--rate RATE] [--slots K] [--name NAME]
+#   bash scripts/hosts.sh up N [--rate RATE] [--slots K] [--split-cores] [--name NAME]
 #   bash scripts/hosts.sh down [--name NAME]
 #   bash scripts/hosts.sh link HOST up|down [--name NAME]
 #
@@ -10,8 +10,10 @@
 # where S comes from NAME. --rate (e.g. 10gbit, 1gbit, 100mbit) limits each host's link in both
 # directions with tc's token bucket (tbf); this kernel has no netem, so a link's latency is the
 # veth's own (tens of microseconds), not a WAN's. It writes a hostfile (K slots per host; default
-# the cores of this machine, which all hosts share) and an rsh agent that starts a command inside
-# a host's namespace (with that host's own hostname), and prints, as its last line, the mpirun
+# the cores of this machine, which all hosts share; with --split-cores host i runs only on the
+# cores c with c mod N = i, as if it had its own, and K defaults to their number) and an rsh agent
+# that starts a command inside a host's namespace (with that host's own hostname and cores), and
+# prints, as its last line, the mpirun
 # arguments that place ranks on those hosts over OpenMPI's tcp transport (shared memory inside a
 # host), so that
 #
@@ -29,7 +31,7 @@ usage() { sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 cmd=${1:-}
 [ -n "$cmd" ] || usage
 shift
-name=tp rate="" slots=$(nproc) n=0 host="" state=""
+name=tp rate="" slots="" split=0 n=0 host="" state=""
 case "$cmd" in
   up) [ $# -ge 1 ] || usage; n=$1; shift ;;
   link) [ $# -ge 2 ] || usage; host=$1 state=$2; shift 2 ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --rate) rate=$2; shift 2 ;;
     --slots) slots=$2; shift 2 ;;
+    --split-cores) split=1; shift ;;
     --name) name=$2; shift 2 ;;
     *) usage ;;
   esac
@@ -75,6 +78,9 @@ case "$cmd" in
 esac
 
 [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 16 ] || die "up: N must be 1..16, got '$n'"
+cores=$(nproc)
+[ "$split" = 0 ] || [ "$cores" -ge "$n" ] || die "--split-cores: $n hosts need at least $n cores, this machine has $cores"
+[ -n "$slots" ] || slots=$(( split ? cores / n : cores ))
 [[ $slots =~ ^[0-9]+$ ]] && [ "$slots" -ge 1 ] || die "--slots: expected a positive count, got '$slots'"
 if [ -n "$rate" ]; then
   [[ $rate =~ ^([0-9]+)(k|m|g)?bit$ ]] || die "--rate '$rate': expected e.g. 10gbit, 1gbit, 100mbit"
@@ -110,7 +116,9 @@ for ((i = 0; i < n; i++)); do
     tc qdisc add dev "$veth" root tbf rate "$rate" burst "$burst" latency 100ms
     ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 100ms
   fi
-  echo "$addr $ns" >>"$dir/map"
+  cpus=""
+  if [ "$split" = 1 ]; then cpus=$(seq "$i" "$n" $((cores - 1)) | paste -sd, -); fi
+  echo "$addr $ns $cpus" >>"$dir/map"
   echo "$addr slots=$slots" >>"$dir/hostfile"
 done
 
@@ -121,11 +129,15 @@ cat >"$dir/agent.sh" <<EOF
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
 host=\$1; shift
 ns=\$(awk -v h="\$host" '\$1 == h { print \$2 }' "$dir/map")
+cpus=\$(awk -v h="\$host" '\$1 == h { print \$3 }' "$dir/map")
 [ -n "\$ns" ] || { echo "hosts.sh agent: unknown host '\$host' (not in $dir/map)" >&2; exit 1; }
+if [ -n "\$cpus" ]; then
+  exec ip netns exec "\$ns" taskset -c "\$cpus" unshare --uts sh -c "hostname \$ns; \$*"
+fi
 exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$ns; \$*"
 EOF
 chmod +x "$dir/agent.sh"
-echo "$n hosts up: $(awk '{print $2 "=" $1}' "$dir/map" | tr '\n' ' ')(bridge $bridge ${subnet}.254${rate:+, links limited to $rate})"
+echo "$n hosts up: $(awk '{print $2 "=" $1 ($3 == "" ? "" : " (cores " $3 ")")}' "$dir/map" | tr '\n' ' ')(bridge $bridge ${subnet}.254${rate:+, links limited to $rate}, $slots slots each)"
 # The launcher's own links (mpirun to each host's daemon) probe an idle peer after 5 s and give
 # up after 3 unanswered probes 2 s apart, so a host cut off ends the job in about 11 s instead of
 # OpenMPI's default 8 minutes.

@@ -27,6 +27,10 @@ constexpr bool is_mpi_job(Backend b) { return b == Backend::kMpi || b == Backend
 struct CommOptions {
   double timeout_s = 300;  // every blocking wait; TENSORPAR_COMM_TIMEOUT overrides the default
   bool debug = false;      // compare op fingerprints across the group first (TENSORPAR_COMM_DEBUG=1)
+  // mpi: how long a wait spins before it yields the core; < 0: decided by the backend. launch_ranks
+  // sets it long (2 ms) where every rank of the node has cores of its own, short (50 us) where
+  // ranks share cores, so that a peer on the same core gets to run.
+  double spin_s = -1;
   // Defaults with the environment variables applied.
   static CommOptions from_env();
 };

@@ -117,7 +117,9 @@ void launch_mpi(const LaunchConfig& config, const std::function<void(Communicato
   const int local_rank = std::clamp(env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0), 0, local_size - 1);
   const RankThreads plan = plan_rank_threads(local_rank, local_size, config.threads_per_rank);
   apply_rank_threads(plan);
-  std::unique_ptr<Communicator> world = make_communicator(config.backend, config.comm);
+  CommOptions comm = config.comm;
+  if (comm.spin_s < 0) comm.spin_s = plan.cpus.empty() ? 50e-6 : 2e-3;  // pinned: cores of its own
+  std::unique_ptr<Communicator> world = make_communicator(config.backend, comm);
   const std::optional<FaultSpec> fault = fault_of(config, world->size());
   std::optional<FaultInjectingCommunicator> faulty;
   if (fault) {

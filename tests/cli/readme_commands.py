@@ -123,6 +123,8 @@ SKIPS = [
      "to exist"),
     (r"tensorpar serve\b", "a long-running server: tests/serve (test_openai_api.py, test_web_page.py) runs it"),
     (r"^curl ", "a request to `tensorpar serve`: tests/serve/test_openai_api.py sends these"),
+    (r"scripts/hosts\.sh", "makes network namespaces (root): tests/multihost runs training on two simulated "
+     "hosts with --backend hybrid"),
 ]
 MPI_PREFIX = "--oversubscribe --allow-run-as-root"  # mpirun on a machine with fewer cores, as root in CI
 

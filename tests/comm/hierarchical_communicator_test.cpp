@@ -69,7 +69,9 @@ void check_collectives(Communicator& c, std::atomic<int>& failures) {
   int salt = 0;
   for (DType t : kTypes) {
     for (ReduceOp op : kOps) {
-      for (int64_t count : {1, 5, 37, 1001}) {
+      // Under HierarchicalCommunicator::kTwoLevelMinBytes the flat group does it; 40000 elements
+      // (80 KB of bf16 and more) take the two levels.
+      for (int64_t count : {1, 5, 37, 1001, 40000}) {
         for (bool in_place : {false, true}) {
           ++salt;
           std::vector<double> want = inputs(0, count, t, salt);
@@ -210,11 +212,12 @@ TEST(Hierarchical, SplitsKeepTwoLevelsWhereTheySpanHostsEvenly) {
 
 // bf16 values in [1, 2) with 8 significant bits: the f32 sum of four is exact, rounded to bf16
 // once. Rounding after the local level and again after the cross level would differ.
+static_assert(65536 * 2 >= HierarchicalCommunicator::kTwoLevelMinBytes);
 TEST(Hierarchical, SixteenBitSumsRoundOnce) {
   std::atomic<int> failures{0};
   run_threads(4, [&](Communicator& world) {
     auto h = make_hierarchical(world.split(0, world.rank()), world.rank() / 2);
-    const int64_t n = 4096;
+    const int64_t n = 65536;  // 128 KB: the two-level path
     auto x = [](int r, int64_t i) { return 1.0f + float((value(r, i, 99) + 64) * 2 + (r % 2)) / 256.0f; };
     std::vector<bf16> mine(static_cast<size_t>(n)), out(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) mine[size_t(i)] = f32_to_bf16(x(h->rank(), i));

@@ -131,7 +131,8 @@ void expect_identical_across_ranks(Communicator& c, const std::vector<uint8_t>& 
 
 const DType kDtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
-const int64_t kCounts[] = {1, 7, 33, 577};
+// 40000: past the two-level communicator's flat threshold (HierarchicalCommunicator::kTwoLevelMinBytes).
+const int64_t kCounts[] = {1, 7, 33, 577, 40000};
 
 std::string case_name(DType d, ReduceOp op, int64_t n, bool in_place) {
   return detail::concat(dtype_name(d), " ", reduce_op_name(op), " n=", n, in_place ? " in-place" : " out-of-place");

@@ -48,6 +48,26 @@ void store(const void* src, void* dst, int64_t n, DType dtype) {
   }
 }
 
+// acc[i] = acc[i] op x[i] for n elements of the work type t.
+template <typename T>
+void combine_as(void* acc, const void* x, int64_t n, ReduceOp op) {
+  T* a = static_cast<T*>(acc);
+  const T* b = static_cast<const T*>(x);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = op == ReduceOp::kSum ? T(a[i] + b[i]) : op == ReduceOp::kMax ? std::max(a[i], b[i]) : std::min(a[i], b[i]);
+  }
+}
+
+void combine(void* acc, const void* x, int64_t n, DType t, ReduceOp op) {
+  switch (t) {
+    case DType::kF32: return combine_as<float>(acc, x, n, op);
+    case DType::kI32: return combine_as<int32_t>(acc, x, n, op);
+    case DType::kI64: return combine_as<int64_t>(acc, x, n, op);
+    case DType::kU8: return combine_as<uint8_t>(acc, x, n, op);
+    default: TP_CHECK(false, "[hybrid] cannot reduce ", dtype_name(t));
+  }
+}
+
 uint8_t* bytes_of(std::vector<uint8_t>& v, int64_t n) {
   if (v.size() < size_t(n)) v.resize(size_t(n));
   return v.data();
@@ -106,15 +126,19 @@ void HierarchicalCommunicator::all_reduce(const void* in, void* out, int64_t cou
                                           ReduceOp op) {
   TP_CHECK(count >= 0, "[hybrid all_reduce] count: got ", count, " (", name(), ")");
   if (count == 0) return;
+  if (dtype_nbytes(dtype, count) < kTwoLevelMinBytes) return flat_->all_reduce(in, out, count, dtype, op);
   const DType wt = work_type(dtype);
-  const int64_t L = local_->size();
-  const int64_t shard = (count + L - 1) / L;  // the last shards are padded
+  const int64_t L = local_->size(), H = cross_->size();
+  // Shards of a multiple of H elements (the last padded): each host reduces one H-th of a shard.
+  const int64_t shard = (count + L * H - 1) / (L * H) * H, piece = shard / H;
   uint8_t* work = bytes_of(work_, dtype_nbytes(wt, shard * L));
-  uint8_t* part = bytes_of(gathered_, dtype_nbytes(wt, shard));
+  uint8_t* part = bytes_of(gathered_, dtype_nbytes(wt, shard + shard));  // the shard, then H pieces
+  uint8_t* pieces = part + dtype_nbytes(wt, shard);
   load(in, work, count, dtype);
   std::memset(work + dtype_nbytes(wt, count), 0, size_t(dtype_nbytes(wt, shard * L - count)));
   local_->reduce_scatter(work, part, shard, wt, op);
-  cross_->all_reduce(part, part, shard, wt, op);
+  reduce_scatter_across(part, pieces, piece, wt, op);  // this host's piece of the shard, reduced
+  cross_->all_gather(pieces, part, piece, wt);
   local_->all_gather(part, work, shard, wt);
   store(work, out, count, dtype);
 }
@@ -134,10 +158,26 @@ void HierarchicalCommunicator::reduce_scatter(const void* in, void* out, int64_t
            count, dtype);
     }
   }
-  uint8_t* mine = bytes_of(gathered_, work_chunk * H);
+  uint8_t* mine = bytes_of(gathered_, work_chunk * (H + H));
   local_->reduce_scatter(work, mine, H * count, wt, op);  // this host's sums for local index i
-  cross_->reduce_scatter(mine, mine, count, wt, op);      // in place: lands in the first chunk
-  store(mine, out, count, dtype);
+  uint8_t* result = mine + work_chunk * H;
+  reduce_scatter_across(mine, result, count, wt, op);
+  store(result, out, count, dtype);
+}
+
+void HierarchicalCommunicator::reduce_scatter_across(void* in, void* out, int64_t count, DType wt,
+                                                     ReduceOp op) {
+  // Each host's chunk goes to that host (one all_to_all: each byte crosses the network once),
+  // which reduces the H partial chunks it receives in host order: the same sum on every rank
+  // that later copies it. (MPI's own reduce_scatter and all_reduce between two processes ran at
+  // a third to a half of the link rate over TCP; its all_to_all and all_gather at the link rate.)
+  const int64_t H = cross_->size();
+  const int64_t chunk = dtype_nbytes(wt, count);
+  uint8_t* received = bytes_of(received_, chunk * H);
+  const std::vector<int64_t> counts(static_cast<size_t>(H), count);
+  cross_->all_to_all(in, counts, received, counts, wt);
+  std::memcpy(out, received, size_t(chunk));
+  for (int64_t h = 1; h < H; ++h) combine(out, received + h * chunk, count, wt, op);
 }
 
 void HierarchicalCommunicator::all_gather(const void* in, void* out, int64_t count, DType dtype) {

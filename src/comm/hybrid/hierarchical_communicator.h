@@ -3,12 +3,16 @@
 // group) and the hosts between them (the network: the cross group, one rank of each host per
 // local index), so that each byte crosses the network once per host instead of once per rank.
 //
-//   all_reduce     = local reduce_scatter, cross all_reduce of the shard, local all_gather
-//   reduce_scatter = local reduce_scatter (of each local index's chunks), cross reduce_scatter
+//   all_reduce     = local reduce_scatter; across the hosts, the shard's reduce_scatter (an
+//                    all_to_all of its H pieces, each host reducing its own) and all_gather;
+//                    local all_gather
+//   reduce_scatter = local reduce_scatter (of each local index's chunks), the same cross
+//                    reduce_scatter
 //   all_gather     = cross all_gather, local all_gather
 //   broadcast      = cross broadcast among the root's local index, local broadcast
 //
-// all_to_all, send/recv and barrier go through the flat group. Ranks are numbered host-major
+// all_to_all, send/recv, barrier and all-reduces under kTwoLevelMinBytes (latency-bound: one
+// flat call beats four) go through the flat group. Ranks are numbered host-major
 // (rank = host index * ranks per host + local index, hosts in the order of their lowest old
 // rank), so consecutive ranks, and with them the tensor-parallel groups of a DeviceMesh, share
 // a host whatever the launcher's placement. 16-bit floats are reduced in f32 and rounded once,
@@ -32,6 +36,9 @@ std::unique_ptr<Communicator> make_hierarchical(std::unique_ptr<Communicator> gr
 
 class HierarchicalCommunicator final : public Communicator {
  public:
+  // All-reduces of fewer bytes take the flat group (measured on simulated hosts: docs/multihost.md).
+  static constexpr int64_t kTwoLevelMinBytes = 64 << 10;
+
   // flat: the whole group, host-major; local: this rank's host; cross: this local index's ranks,
   // one per host. Requires flat.rank() == cross.rank() * local.size() + local.rank().
   HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> local,
@@ -59,9 +66,13 @@ class HierarchicalCommunicator final : public Communicator {
   using Communicator::broadcast;
 
  private:
+  // out (count elements) = this host's chunk of in (H chunks of count, one per host) reduced
+  // over the hosts, in host order. wt: the work type.
+  void reduce_scatter_across(void* in, void* out, int64_t count, DType wt, ReduceOp op);
+
   std::unique_ptr<Communicator> flat_, local_, cross_;
   int64_t host_id_;
-  std::vector<uint8_t> work_, gathered_;  // staging (f32 for 16-bit floats)
+  std::vector<uint8_t> work_, gathered_, received_;  // staging (f32 for 16-bit floats)
 };
 
 }  // namespace tensorpar

@@ -14,6 +14,7 @@
 #include "comm/mpi/mpi_runtime.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/threading.h"
 
 namespace tensorpar::mpi {
 
@@ -87,10 +88,16 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOpti
   TP_CHECK(options_.timeout_s > 0, "[MpiCommunicator] timeout: got ", options_.timeout_s,
            " s, expected > 0");
   MpiRuntime::get().note_timeout(options_.timeout_s);
-  // Spin long only when every rank of this node has a core of its own.
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const long local_ranks = local ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
-  if (local_ranks <= long(std::thread::hardware_concurrency())) spin_s_ = 2e-3;
+  // Spin long only when every rank of this node has a core of its own: as launch_ranks found
+  // (options.spin_s), else counted among the cores this process may run on (a cpuset, a
+  // container's or a simulated host's), not the machine's.
+  if (options_.spin_s >= 0) {
+    spin_s_ = options_.spin_s;
+  } else {
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const long local_ranks = local ? std::max(1L, std::strtol(local, nullptr, 10)) : 1;
+    if (local_ranks <= long(available_cpus().size())) spin_s_ = 2e-3;
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
