@@ -15,6 +15,13 @@ Also the same runs in one process (threads backend) as the shared-memory referen
 a 2-core machine one each, so 4 ranks run two to a core, alike for every 4-rank layout), except
 for the 2 ranks inside one host, which get all of them.
 
+The planner's predictions sit beside the training times: `tensorpar plan --calibrate` measures
+one core (f32 GEMM, memory, a shared-memory all-reduce); each rate's cluster file has 2 nodes of
+2 devices, each device half a core (two ranks per core), the calibrated link inside a node, and
+the link rate shared by a host's two ranks between nodes, its latency half of the measured
+one-per-host round trip; `tensorpar plan --fix tp=..,pp=..,dp=..,micro_batch=4` for the layouts
+the planner can place (it keeps TP groups inside a node first, as the hybrid backend does).
+
 Usage (root, from the repository root, after the build and tools/fetch_model.sh):
   python3 bench/multihost_bench.py --rates 10gbit,1gbit,100mbit --repeats 3 \
       --out docs/results/multihost.json --plot docs/img/multihost.png
@@ -75,8 +82,8 @@ def write_corpus(path):
 
 def train_ms(prefix, backend, layout, corpus, steps):
     tp, dp, pp = layout
-    out = run(prefix + [BIN, "train", "--arch", "llama", "--layers", "4", "--hidden", "256", "--heads", "8",
-                        "--kv-heads", "4", "--ffn", "1024", "--seq", "256", "--batch", "16",
+    out = run(prefix + [BIN, "train", "--arch", "llama"] + TRAIN_SHAPE + [
+                        "--seq", str(SEQ), "--batch", str(BATCH), "--micro-batch", str(MICRO),
                         "--vocab-from", os.path.join(ROOT, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.json"),
                         "--data", corpus, "--steps", str(steps), "--lr", "1e-3", "--warmup", "1",
                         "--threads-per-rank", "1", "--json", "--backend", backend,
@@ -90,6 +97,39 @@ def decode_tok_s(prefix, backend, tp):
                         "--threads-per-rank", "1", "--json", "--backend", backend,
                         "--tp", str(tp)])
     return json.loads(out.strip().splitlines()[-1])["decode_tok_s"]
+
+
+TRAIN_SHAPE = ["--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4", "--ffn", "1024"]
+BATCH, SEQ, MICRO = 16, 256, 4
+
+
+def predicted_train_ms(calibration, rate, one_per_host_comm, work):
+    """The planner's step time for the hybrid layouts on two simulated hosts at this link rate."""
+    m = re.fullmatch(r"(\d+)(k|m|g)bit", rate)
+    bits = int(m.group(1)) * {"k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+    cal = json.load(open(calibration))
+    small_us = min(x["time_us"] for x in one_per_host_comm)
+    cluster = {
+        "name": f"two simulated hosts, {rate}", "nodes": 2, "devices_per_node": 2,
+        "device": dict(cal["device"], tflops=cal["device"]["tflops"] / 2,
+                       memory_bandwidth_gbps=cal["device"]["memory_bandwidth_gbps"] / 2),
+        "intra_node": cal["intra_node"],
+        "inter_node": {"bandwidth_gbps": bits / 8 / 2 / 1e9, "latency_us": small_us / 2, "links": 1},
+        "efficiency": cal["efficiency"],
+    }
+    path = os.path.join(work, f"cluster_{rate}.json")
+    json.dump(cluster, open(path, "w"))
+    out = {}
+    for label, (tp, dp, pp) in {"TP 4 across the hosts (hybrid)": (4, 1, 1),
+                                "TP 2 inside, DP 2 across (hybrid)": (2, 2, 1),
+                                "TP 2 inside, PP 2 across (hybrid)": (2, 1, 2)}.items():
+        plan = json.loads(run([BIN, "plan"] + TRAIN_SHAPE + ["--vocab", "1503", "--tied", "--cluster", path,
+                                                              "--mode", "train", "--global-batch", str(BATCH),
+                                                              "--seq", str(SEQ), "--precision", "f32", "--fix",
+                                                              f"tp={tp},pp={pp},dp={dp},micro_batch={MICRO}",
+                                                              "--json"]))["plans"][0]
+        out[label] = round(plan["step_time_s"] * 1000, 1)
+    return out
 
 
 def median_of(repeats, fn):
@@ -116,6 +156,9 @@ def main():
               "command": " ".join(["python3", "bench/multihost_bench.py"] + sys.argv[1:]),
               "repeats": a.repeats, "reference": {}, "rates": {}}
     # One process, shared memory: the reference.
+    calibration = os.path.join(work, "calibration.json")
+    run([BIN, "plan", "--calibrate", calibration])
+    result["calibration"] = json.load(open(calibration))
     ref = result["reference"]
     ref["comm_2_ranks_threads"] = comm_sweep([], "threads")
     ref["comm_4_ranks_threads"] = run([BIN, "bench", "comm", "--backend", "threads", "--ranks", "4", "--op",
@@ -156,7 +199,9 @@ def main():
             r["decode_tok_s"]["tp2 inside 1 host (mpi)"] = median_of(
                 a.repeats, lambda: decode_tok_s(place + ["-np", "2"], "mpi", 2))
             hosts_down()
-            print(json.dumps({rate: {"train_ms": r["train_ms"], "decode_tok_s": r["decode_tok_s"]}}), flush=True)
+            r["predicted_train_ms"] = predicted_train_ms(calibration, rate, r["comm"]["2 ranks, one per host (mpi)"], work)
+            print(json.dumps({rate: {"train_ms": r["train_ms"], "predicted_train_ms": r["predicted_train_ms"],
+                                     "decode_tok_s": r["decode_tok_s"]}}), flush=True)
     finally:
         hosts_down()
         shutil.rmtree(work, ignore_errors=True)
