@@ -79,6 +79,21 @@ TEST(Comm, AlphaBetaRing) {
   EXPECT_NEAR(all_gather_time(c, {4, 1}, N),
               3 * c.intra.latency_s + 0.75 * N / c.intra.bandwidth_Bps, 1e-15);
   EXPECT_EQ(all_reduce_time(c, {1, 1}, N), 0);
+  // TP 16 over two nodes of 8: in two levels, the network carrying an eighth of the bytes per GPU
+  // (reduce-scatter and all-gather inside each node, an all-reduce of N / 8 between the nodes).
+  const double inside = 7 * c.intra.latency_s + 7.0 / 8 * N / c.intra.bandwidth_Bps;
+  EXPECT_NEAR(all_reduce_time(c, {16, 1}, N),
+              2 * inside + 2 * c.inter.latency_s + (N / 8) / c.inter.bandwidth_Bps, 1e-12);
+  EXPECT_NEAR(all_gather_time(c, {16, 1}, N),
+              inside + c.inter.latency_s + 0.5 * (N / 8) / c.inter.bandwidth_Bps, 1e-12);
+  // Two members per node (stride 4) on two nodes: L = 2, the network carrying N / 2.
+  EXPECT_NEAR(all_reduce_time(c, {4, 4}, N),
+              2 * (c.intra.latency_s + 0.5 * N / c.intra.bandwidth_Bps) + 2 * c.inter.latency_s +
+                  (N / 2) / c.inter.bandwidth_Bps,
+              1e-12);
+  // Far cheaper than one ring over the NICs, dearer than inside a node.
+  EXPECT_LT(all_reduce_time(c, {16, 1}, N), 30.0 / 16 * N / c.inter.bandwidth_Bps);
+  EXPECT_GT(all_reduce_time(c, {16, 1}, N), all_reduce_time(c, {8, 1}, N));
 }
 
 TEST(Calibrate, RecoversTheGeneratingConstants) {
