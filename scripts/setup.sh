@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev
   python3 python3-venv
   fortunes time
+  iproute2 util-linux        # scripts/hosts.sh: simulated hosts (ip netns, tc, unshare, taskset)
   chromium chromium-driver   # headless browser for tests/serve/test_web_page.py
 )
 
