@@ -30,7 +30,7 @@ for fault in link kill; do
   ( set +e; "$mpirun" "${placement[@]}" -x TENSORPAR_COMM_TIMEOUT -np 4 "$bin" "${train_args[@]}" \
       --backend hybrid --out "$work/ck_$fault" >"$out" 2>"$out.err"; echo $? >"$out.rc" ) &
   job=$!
-  for ((i = 0; i < 1200; i++)); do  # step 15, or the job's end
+  for ((i = 0; i < limit_s * 10; i++)); do  # step 15, or the job's end (bounded by the comm timeout)
     grep -q '"step":15,' "$out" 2>/dev/null && break
     [ -e "$out.rc" ] && break
     sleep 0.1
