@@ -11,8 +11,9 @@ namespace tensorpar::cli {
 // Options every subcommand that runs ranks shares.
 struct CommonOptions {
   std::string backend = "threads";
-  int tp = 1;
+  int tp = 1;  // 0 (kAutoSize in cli/auto_plan.h): --tp auto
   int ep = 1;
+  std::string cluster = "this-machine";  // what --tp auto plans for
   int threads_per_rank = 0;
   bool json = false;
 };

@@ -4,6 +4,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/auto_plan.h"
 #include "cli/commands.h"
 #include "cli/run_model.h"
 #include "io/gguf.h"
@@ -25,11 +26,11 @@ void run_inspect(const InspectOptions& o) {
   paths.model = o.model;
   check_model_paths(paths, "inspect", /*needs_tokenizer=*/false);
   const ModelConfig config = read_model_config(o.model);
-  check_tp_size(o.common.tp, config, "inspect");
+  const int tp = resolve_inference_tp(o.common, config, o.model, "auto", "inspect");
+  check_tp_size(tp, config, "inspect");
   const auto store = open_tensor_store(o.model);
-  expert_split_of(config, {o.common.ep, nullptr}, o.common.tp, 0);  // an EP size the model and tp take
-  const auto plan = shard_plan(config, store->tensors(), o.common.tp, o.common.ep);
-  const int tp = o.common.tp;
+  expert_split_of(config, {o.common.ep, nullptr}, tp, 0);  // an EP size the model and tp take
+  const auto plan = shard_plan(config, store->tensors(), tp, o.common.ep);
   std::vector<int64_t> total(size_t(tp), 0);
   int64_t file_bytes = 0;
   for (const auto& p : plan) {

@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/auto_plan.h"
 #include "cli/commands.h"
 #include "cli/error_text.h"
 #include "core/error.h"
@@ -13,8 +14,12 @@ void add_common_options(CLI::App& cmd, CommonOptions& opts) {
                  "Communication backend: threads | mpi | hybrid (mpi with two-level collectives: shared memory "
                  "inside a host, the network between hosts; docs/multihost.md)")
       ->check(CLI::IsMember({"threads", "mpi", "hybrid"}));
-  cmd.add_option("--tp", opts.tp, "Tensor-parallel size (threads backend: ranks in this process)")
-      ->check(CLI::Range(1, 64));
+  accept_auto(cmd.add_option("--tp", opts.tp,
+                              "Tensor-parallel size (threads backend: ranks in this process); auto: "
+                              "the planner's choice for this machine (docs/planner.md)"),
+              64);
+  cmd.add_option("--cluster", opts.cluster,
+                 "What --tp auto plans for: a cluster file (tensorpar plan --calibrate) or preset");
   cmd.add_option("--ep", opts.ep,
                  "Expert-parallel size (mixture-of-experts models): the experts spread over this many groups of "
                  "the tp ranks (must divide --tp; each expert's ffn split over tp / ep ranks)")

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "cli/auto_plan.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "model/load_model.h"
@@ -35,31 +36,10 @@ struct PlanOptions {
   bool json = false, validate = false, fit = false, tied = false;
 };
 
-ModelSpec spec_from_config(const ModelConfig& c, const std::string& name) {
-  ModelSpec m;
-  m.name = name;
-  m.layers = c.n_layers;
-  m.hidden = c.hidden;
-  m.heads = c.n_heads;
-  m.kv_heads = c.n_kv_heads;
-  m.head_dim = c.head_dim;
-  m.ffn = c.ffn;
-  m.vocab = c.vocab_size;
-  m.tied_embeddings = c.tie_embeddings;
-  m.qkv_bias = c.qkv_bias;
-  if (c.family == ArchFamily::kGpt2) {
-    m.mlp = MlpMatrices::kPlain;
-    m.linear_biases = true;
-    m.norm_vectors = 2;
-    m.positions = c.max_position;
-  }
-  return m;
-}
-
 ModelSpec model_from_options(const PlanOptions& o) {
   ModelSpec m;
   if (!o.model.empty()) {
-    m = spec_from_config(read_model_config(o.model), o.model);
+    m = model_spec_from_config(read_model_config(o.model), o.model);
   } else {
     m.name = "flags";
     m.layers = o.layers;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/auto_plan.h"
 #include "cli/launch_checks.h"
 #include "comm/timed_communicator.h"
 #include "core/error.h"
@@ -78,10 +79,12 @@ void check_model_paths(const ModelOptions& opts, const char* command, bool needs
              "with the GGUF file, HF directory or tokenizer.json the model was trained with");
 }
 
-void run_with_model(const char* command, const CommonOptions& common, const ModelOptions& mopts,
+void run_with_model(const char* command, const CommonOptions& given, const ModelOptions& mopts,
                     const std::function<void(CausalLM& model)>& fn) {
-  check_launch(common, command);
+  check_launch(given, command);
   const ModelConfig config = read_model_config(mopts.model);  // headers only
+  CommonOptions common = given;
+  common.tp = resolve_inference_tp(given, config, mopts.model, mopts.dtype, command);
   LaunchConfig lc;
   lc.backend = backend_from_name(common.backend);
   lc.n_ranks = common.tp;

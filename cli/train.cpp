@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "cli/auto_plan.h"
 #include "cli/commands.h"
 #include "cli/launch_checks.h"
 #include "cli/run_model.h"
@@ -238,6 +239,21 @@ void run_train(TrainCliOptions& o) {
            "[train] no tokenizer: pass --vocab-from TOKENIZER (HF dir, GGUF or tokenizer.json) or "
            "--model");
   TP_CHECK(!run.data.empty(), "[train] no training text: pass --data FILE|DIR");
+  if (o.common.tp == kAutoSize || o.dp == kAutoSize || o.pp == kAutoSize) {
+    const ModelConfig config =
+        !o.model.empty()    ? read_model_config(o.model)
+        : !o.resume.empty() ? stored_model_config(resume_state, o.resume)
+                            : config_from_flags(o, load_tokenizer(tok_path).vocab_size());
+    TrainSizeRequest req;
+    req.tp = o.common.tp, req.dp = o.dp, req.ep = o.common.ep;
+    req.pp = o.pp == kAutoSize && !o.pp_layers.empty() ? int(o.pp_layers.size()) : o.pp;
+    req.batch = run.train.batch, req.seq = run.train.seq, req.micro_batch = run.train.micro_batch;
+    req.recompute_layers = run.train.compute.recompute_layers;
+    req.pipeline_allowed = o.model.empty() && o.common.ep == 1;
+    const TrainSizes sizes = resolve_train_sizes(o.common, config, req);
+    o.common.tp = sizes.tp, o.pp = sizes.pp, o.dp = sizes.dp;
+    run.train.micro_batch = sizes.micro_batch;
+  }
   TP_CHECK(fs::exists(run.data), "[train] --data ", run.data, ": no such file or directory");
 
   LaunchConfig lc;
@@ -431,15 +447,16 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", t.adam.weight_decay, "AdamW decoupled weight decay");
   cmd->add_option("--clip", t.clip, "Max global gradient norm (0 = off)")
       ->check(CLI::Range(0.0, 1e9));
-  cmd->add_option(
-         "--dp", o->dp,
-         "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp ranks): "
-         "micro-batches split over them, gradients summed")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--pp", o->pp,
-                  "Pipeline stages (the world is tp x pp x dp ranks, tp fastest): layers split "
-                  "over them, micro-batches run in the 1F1B order")
-      ->check(CLI::Range(1, 1024));
+  accept_auto(cmd->add_option(
+                  "--dp", o->dp,
+                  "Data-parallel replicas (each a TP group of --tp ranks; the world is tp x dp "
+                  "ranks): micro-batches split over them, gradients summed; auto: the planner's"),
+              1024);
+  accept_auto(cmd->add_option("--pp", o->pp,
+                              "Pipeline stages (the world is tp x pp x dp ranks, tp fastest): "
+                              "layers split over them, micro-batches run in the 1F1B order; auto: "
+                              "the planner's"),
+              1024);
   cmd->add_option("--pp-layers", o->pp_layers,
                   "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "
                   "taking the remainder)")

@@ -9,7 +9,7 @@ CLI must say what it does (defaults in --help, warnings for flags that cannot ac
 Environment (set by tests/cli/CMakeLists.txt): TENSORPAR_BIN, TP_FIXTURES_DIR, TP_MPIEXEC
 (optional), TENSORPAR_COMM_TIMEOUT (every wait inside the binary ends by then; the timeouts here
 are derived from it, with a wide margin for a loaded machine).
-Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Pipeline|Faults|Docs|ReadmeCommands]
+Usage: python3 tests/cli/cli_test.py [-v] [-k BadInput|Launch|Resume|Output|Pipeline|AutoSizes|Faults|Docs|ReadmeCommands]
 (ReadmeCommands, in tests/cli/readme_commands.py: README.md's commands run on tiny fixtures and what
 the README says about them checked.)
 """
@@ -504,6 +504,82 @@ class Pipeline(CliCase):
             self.assert_fails(r, "--pp-layers 1,1", "sums to 2", "3 layers", only_line=False)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+class AutoSizes(Workdir):
+    """`--tp auto` (train: also --pp / --dp auto): the command runs the planner's best plan among
+    those tensorpar runs, for the ranks it has (this process's cores), and says so."""
+
+    ARGS = ["train", "--arch", "llama", "--layers", "3", "--hidden", "32", "--heads", "2", "--seq", "32",
+            "--vocab-from", str(TOKENIZER), "--data", str(TEXT), "--threads-per-rank", "1", "--steps", "1"]
+    CHOSE = r"the planner chose tp (\d+) x pp (\d+) x dp (\d+), micro-batch (\d+)"
+
+    def world(self):
+        return len(os.sched_getaffinity(0))
+
+    def plan_json(self, *args):
+        r = run(["plan", "--json", "--top", "1000", *args])
+        self.assert_ok(r)
+        return json.loads(r.stdout)["plans"]
+
+    def test_train_runs_the_planners_best_runnable_plan(self):
+        r = run([*self.ARGS, "--batch", "8", "--tp", "auto", "--pp", "auto", "--dp", "auto"])
+        self.assert_ok(r)
+        m = re.search(self.CHOSE, r.stderr)
+        self.assertIsNotNone(m, r.stderr)
+        tp, pp, dp, mb = map(int, m.groups())
+        self.assertEqual(tp * pp * dp, self.world())
+        self.assertRegex(r.stderr, rf"tp {tp}\b.*pp {pp}\b.*dp {dp}\b")  # the run's own mesh line
+        # The same search from `tensorpar plan`, filtered to what `train` runs (no SP, ZeRO,
+        # interleaving or selective recomputation; every rank an attention head).
+        vocab = re.search(r"\(vocab (\d+)\)", r.stderr).group(1)
+        plans = self.plan_json("--layers", "3", "--hidden", "32", "--heads", "2", "--vocab", vocab, "--tied",
+                               "--devices", self.world(), "--global-batch", "8", "--seq", "32",
+                               "--precision", "f32")
+        runnable = [p for p in plans if not p["sp"] and p["zero"] == 0 and p["interleave"] == 1
+                    and p["recompute"] == "none" and p["ep"] == 1 and p["tp"] <= 2]
+        want = runnable[0]
+        self.assertEqual((tp, pp, dp, mb), (want["tp"], want["pp"], want["dp"], want["micro_batch"]))
+
+    def test_given_sizes_are_kept(self):
+        r = run([*self.ARGS, "--batch", "8", "--tp", "1", "--pp", "1", "--dp", "auto"])
+        self.assert_ok(r)
+        m = re.search(self.CHOSE, r.stderr)
+        self.assertIsNotNone(m, r.stderr)
+        self.assertEqual(m.group(1, 2, 3), ("1", "1", str(self.world())))
+        # A batch no data-parallel size of the world divides except 1, with tp and pp pinned.
+        if self.world() > 1:
+            r = run([*self.ARGS, "--tp", "1", "--pp", "1", "--dp", "auto", "--batch", "1", "--micro-batch", "1"])
+            self.assert_fails(r, "auto", "--batch 1", only_line=False)
+
+    def test_fine_tuning_keeps_one_pipeline_stage(self):
+        r = run(["train", "--model", self.model_dir, "--data", TEXT, "--threads-per-rank", "1", "--batch", "4",
+                 "--seq", "16", "--steps", "1", "--pp", "auto", "--tp", "auto", "--dp", "auto"])
+        self.assert_ok(r)
+        self.assertEqual(re.search(self.CHOSE, r.stderr).group(2), "1")
+
+    def test_generate_with_tp_auto_equals_the_chosen_tp(self):
+        model = self.model_dir
+        args = ["generate", "--model", model, "-p", "Hello world", "-n", "8", "--threads-per-rank", "1"]
+        r = run([*args, "--tp", "auto"])
+        self.assert_ok(r)
+        m = re.search(r"\[generate\] --tp auto: the planner chose tp (\d+) of (\d+) ranks", r.stderr)
+        self.assertIsNotNone(m, r.stderr)
+        self.assertEqual(int(m.group(2)), self.world())
+        self.assertLessEqual(int(m.group(1)), self.world())
+        fixed = run([*args, "--tp", m.group(1)])
+        self.assert_ok(fixed)
+        self.assertEqual(r.stdout, fixed.stdout)
+        r = run(["inspect", "-m", model, "--tp", "auto"])
+        self.assert_ok(r)
+        self.assertIn("--tp auto: the planner chose", r.stderr)
+
+    def test_bad_values_are_refused(self):
+        for bad in ("0", "automatic", "-2"):
+            r = run(["generate", "--model", self.model_dir, "-p", "x", "--tp", bad])
+            self.assert_fails(r, "--tp", bad)
+        r = run([*self.ARGS, "--batch", "8", "--tp", "auto", "--cluster", "no-such-cluster"])
+        self.assert_fails(r, "no-such-cluster", only_line=False)
 
 
 def processes_with(marker):

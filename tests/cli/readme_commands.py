@@ -293,6 +293,16 @@ def flag_value(script, flag, default=None):
     return m.group(1) if m else default
 
 
+def run_size(run, flag):
+    """A size flag's value in a train run; "auto" is what the run printed that the planner chose."""
+    value = flag_value(run.script, flag, 1)
+    if value != "auto":
+        return int(value)
+    m = re.search(r"the planner chose tp (\d+) x pp (\d+) x dp (\d+)", run.stderr)
+    assert m, f"{run.cmd}: {flag} auto but no chosen plan in its stderr:\n{run.stderr}"
+    return int(m.group({"--tp": 1, "--pp": 2, "--dp": 3}[flag]))
+
+
 def safetensors_header(path):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
@@ -577,7 +587,7 @@ class ReadmeCommands(unittest.TestCase):
         for r in self.runs_of(r"tensorpar train"):
             out = re.search(r"--out (\S+)", r.script) or re.search(r"--resume (\S+)", r.script)
             root = self.work / out.group(1)
-            tp, pp = int(flag_value(r.script, "--tp", 1)), int(flag_value(r.script, "--pp", 1))
+            tp, pp = run_size(r, "--tp"), run_size(r, "--pp")
             ep = int(flag_value(r.script, "--ep", 1))
             with self.subTest(command=str(r.cmd)):
                 self.assertTrue(r.new_dirs, f"{r.cmd} saved no checkpoint into {root}")
