@@ -14,7 +14,8 @@ target=$1 secs=$2
 
 fuzz_build "$target"
 log=build-fuzz/$target.campaign.log
-before=$(find build-fuzz/corpus/"$target" -type f 2>/dev/null | wc -l)
+mkdir -p build-fuzz/corpus/"$target"  # a fresh tree has none yet
+before=$(find build-fuzz/corpus/"$target" -type f | wc -l)
 echo "== fuzz campaign: $target for ${secs}s into build-fuzz/corpus/$target ($before inputs); log $log"
 extra=""
 if [ "${FUZZ_FORK:-0}" -gt 1 ]; then extra="-fork=$FUZZ_FORK"; fi
