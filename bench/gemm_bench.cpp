@@ -40,6 +40,7 @@ struct GemmBenchOptions {
   bool inference = false;
   bool quant = false;
   int threads = 0;
+  std::vector<int64_t> rows;  // --quant: the row counts M (default 1, 4, 16, 64, 256)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -201,6 +202,7 @@ struct Row {
   std::string dtype;
   int64_t m, n, k;
   double ours, onednn, peak, fma_peak;
+  double train = 0;  // f32, 64+ rows: 3 x FLOPs / (forward + backward data and weight gradients)
 };
 
 void print_row(const Row& r, bool json) {
@@ -210,6 +212,7 @@ void print_row(const Row& r, bool json) {
                 r.dtype.c_str(), (long long)r.m, (long long)r.n, (long long)r.k, r.ours, r.onednn,
                 r.peak);
     if (r.fma_peak > 0) std::printf(",\"fma_peak_gflops\":%.2f", r.fma_peak);
+    if (r.train > 0) std::printf(",\"train_gflops\":%.2f", r.train);
     std::printf("}\n");
   } else {
     std::printf("%-5s %5lld %5lld %5lld %10.1f %10.1f %7.2f %9.1f %7.2f\n", r.dtype.c_str(),
@@ -270,6 +273,14 @@ Row bench_shape(MatmulEngine& eng, DType wt, int64_t M, int64_t N, int64_t K, ui
       [&] { raw.run(in.raw(), wf[j++ % wf.size()].raw(), out.raw()); });
   row.ours = flops / ours_s * 1e-9;
   row.onednn = flops / raw_s * 1e-9;
+  if (wt == DType::kF32 && M >= 64) {
+    // A training step's three GEMMs of this layer: forward, then the input and weight gradients
+    // (other layouts, so other speeds); what the planner's training model multiplies by.
+    const Tensor d_out = Tensor::from_f32({M, N}, random_values(M * N, seed + 2), DType::kF32);
+    Tensor d_in = Tensor::zeros({M, K}, DType::kF32), d_w = Tensor::zeros({N, K}, DType::kF32);
+    const double bwd_s = seconds_per_call([&] { matmul_backward(eng, &d_in, &d_w, nullptr, d_out, in, w); });
+    row.train = 3 * flops / (ours_s + bwd_s) * 1e-9;
+  }
   return row;
 }
 
@@ -352,12 +363,14 @@ Tensor random_quant_weight(DType t, int64_t N, int64_t K, uint64_t seed) {
 // Weight GB/s (the quantized bytes / time: what decode is bound by) and GFLOP/s.
 void run_quant_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
-  std::printf("inference GGUF weights, %d thread(s): rowwise (AVX-512, f32 activations) and int8 (%s); "
-              "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
-              current_num_threads(), int8_matmul_usable(DType::kQ4_0) ? "AVX512-VNNI" : "not on this CPU");
-  std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
+  if (!opt.json) {
+    std::printf("inference GGUF weights, %d thread(s): rowwise (AVX-512, f32 activations) and int8 (%s); "
+                "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
+                current_num_threads(), int8_matmul_usable(DType::kQ4_0) ? "AVX512-VNNI" : "not on this CPU");
+    std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
+  }
   std::vector<NK> shapes = {{1536, 576}, {576, 1536}, {3072, 2048}, {11264, 2048}, {2048, 5632}};
-  std::vector<int64_t> ms = {1, 4, 16, 64, 256};
+  std::vector<int64_t> ms = opt.rows.empty() ? std::vector<int64_t>{1, 4, 16, 64, 256} : opt.rows;
   std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
   if (opt.quick) shapes = {{1536, 576}}, ms = {1, 16}, types = {DType::kQ4_0, DType::kQ4_K};
   uint64_t seed = 900;
@@ -378,10 +391,20 @@ void run_quant_bench(const GemmBenchOptions& opt) {
         if (int8_matmul_usable(t)) std::tie(tr, ti) = paired_seconds_per_call(row, int8);
         else tr = seconds_per_call(row);
         const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
-        std::printf("%-5s %5lld %6lld %5lld %6.1f|%7.1f", std::string(dtype_name(t)).c_str(), (long long)M,
-                    (long long)N, (long long)K, gb / tr, gf / tr);
-        if (ti > 0) std::printf(" %6.1f|%7.1f %6.2fx\n", gb / ti, gf / ti, tr / ti);
-        else std::printf(" %14s\n", "-");
+        if (opt.json) {
+          // The kernel inference uses by default: int8 where the CPU has it, else row-wise.
+          std::printf("{\"bench\":\"gemm_quant\",\"type\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
+                      "\"rowwise_weight_gbps\":%.3f,\"rowwise_gflops\":%.2f,\"default_weight_gbps\":%.3f",
+                      std::string(dtype_name(t)).c_str(), (long long)M, (long long)N, (long long)K, gb / tr,
+                      gf / tr, gb / (ti > 0 ? ti : tr));
+          if (ti > 0) std::printf(",\"int8_weight_gbps\":%.3f,\"int8_gflops\":%.2f", gb / ti, gf / ti);
+          std::printf("}\n");
+        } else {
+          std::printf("%-5s %5lld %6lld %5lld %6.1f|%7.1f", std::string(dtype_name(t)).c_str(), (long long)M,
+                      (long long)N, (long long)K, gb / tr, gf / tr);
+          if (ti > 0) std::printf(" %6.1f|%7.1f %6.2fx\n", gb / ti, gf / ti, tr / ti);
+          else std::printf(" %14s\n", "-");
+        }
         std::fflush(stdout);
       }
 }
@@ -449,6 +472,9 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_flag("--quant", opt->quant,
                 "The batch-invariant inference kernels for GGUF block-quantized weights instead: row-wise AVX-512 "
                 "(f32 activations) and int8 (VNNI)");
+  cmd->add_option("--rows", opt->rows, "With --quant: the row counts M to run (default 1,4,16,64,256)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->callback([opt] {
     opt->quant ? run_quant_bench(*opt) : opt->inference ? run_inference_bench(*opt) : run_gemm_bench(*opt);
   });

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "cli/launch_checks.h"
 #include "comm/communicator.h"
 #include "core/error.h"
+#include "io/tensor_store.h"
 #include "plan/search.h"
 
 namespace tensorpar::cli {
@@ -37,25 +39,6 @@ ClusterSpec cluster_for_world(const CommonOptions& common, int world) {
   return c;
 }
 
-// Bytes per parameter of a model as it will sit in memory: the file's own (GGUF blocks, 16-bit
-// safetensors), or 4 when --dtype f32 widens it.
-double weight_bytes_per_parameter(const std::string& model_path, const std::string& dtype,
-                                  const ModelSpec& m) {
-  if (dtype == "f32") return 4;
-  if (dtype == "bf16") return 2;
-  double bytes = 0;
-  const fs::path p(model_path);
-  if (fs::is_regular_file(p)) {
-    bytes = double(fs::file_size(p));
-  } else if (fs::is_directory(p)) {
-    for (const auto& e : fs::directory_iterator(p))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors")
-        bytes += double(e.file_size());
-  }
-  const double params = double(total_parameters(m));
-  return bytes > 0 && params > 0 ? bytes / params : 2;
-}
-
 std::string size_text(double bytes) {
   char buf[32];
   if (bytes >= double(1 << 30))
@@ -74,6 +57,28 @@ std::string world_note(int world, const std::string& source) {
 }
 
 }  // namespace
+
+WeightFormat weight_format_of(const std::string& model_path, const std::string& dtype,
+                              const ModelSpec& m) {
+  // Bytes per format over the stored tensors; 16-bit ones widened to f32 under --dtype f32.
+  std::map<std::string, double> bytes;
+  double total = 0;
+  for (const TensorInfo& t : open_tensor_store(model_path)->tensors()) {
+    std::string format = t.dtype ? std::string(dtype_name(*t.dtype)) : t.format;
+    double n = double(t.nbytes);
+    if (dtype == "f32" && (format == "bf16" || format == "f16")) format = "f32", n *= 2;
+    if (dtype == "bf16" && format == "f32") format = "bf16", n /= 2;
+    bytes[format] += n;
+    total += n;
+  }
+  WeightFormat w;
+  const double params = double(total_parameters(m));
+  if (total > 0 && params > 0) w.bytes_per_parameter = total / params;
+  double most = 0;
+  for (const auto& [format, n] : bytes)
+    if (n > most) most = n, w.format = format;
+  return w;
+}
 
 CLI::Option* accept_auto(CLI::Option* opt, int max) {
   const std::string what = detail::concat("an integer in [1, ", max, "] or auto");
@@ -145,7 +150,8 @@ int resolve_inference_tp(const CommonOptions& common, const ModelConfig& config,
   const ModelSpec m = model_spec_from_config(config, model_path);
   const ClusterSpec c = cluster_for_world(common, world);
   ServeWorkload w;
-  w.weight_bytes = weight_bytes_per_parameter(model_path, dtype, m);
+  const WeightFormat wf = weight_format_of(model_path, dtype, m);
+  w.weight_bytes = wf.bytes_per_parameter, w.weight_format = wf.format;
   w.kv_bytes = 4;     // the KV cache is f32
   w.concurrency = 1;  // ranked by one sequence's time per token
   // One engine serves (no replicas): every TP size up to the world and the heads, one replica.

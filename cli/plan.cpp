@@ -1,6 +1,8 @@
 // `tensorpar plan`: how to run a model on a cluster. Searches tp / pp / dp / ep / sp,
 // micro-batch, interleave, recompute and ZeRO (train) or tp / pp / replicas (serve) with the
 // cost model of src/plan, or evaluates one --fix'ed plan. docs/planner.md explains the numbers.
+#include <sys/resource.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -75,14 +77,24 @@ void run_calibrate(const PlanOptions& o) {
   const int devices = o.devices > 0 ? o.devices : 2;
   std::fprintf(stderr, "[plan] measuring: bench gemm --threads 1, bench comm --ranks %d\n",
                devices);
+  // The process's fixed memory (code, libraries): what an idle binary holds, shared by the ranks
+  // of one process (threads backend), so a rank's share is 1/devices of it.
+  run_self("--version");
+  rusage ru{};
+  getrusage(RUSAGE_CHILDREN, &ru);
+  const double process_base = double(ru.ru_maxrss) * 1024;
   const std::string gemm = run_self("bench gemm --json --threads 1");
+  std::fprintf(stderr, "[plan] measuring: bench gemm --quant --rows 1 --threads 1\n");
+  const std::string quant = run_self("bench gemm --quant --json --threads 1 --rows 1");
   const std::string comm =
       run_self("bench comm --json --threads-per-rank 1 --op all_reduce --ranks " +
                std::to_string(devices) + " --min-bytes 8 --max-bytes 16M");
   double mem_bw = 0;
   const auto comm_rows = parse_comm_bench(comm, &mem_bw);
-  const ClusterSpec c = calibrate_cluster(parse_gemm_bench(gemm, "f32"), comm_rows, mem_bw, devices,
-                                          8.0 * 1024 * 1024 * 1024);
+  ClusterSpec c = calibrate_cluster(parse_gemm_bench(gemm, "f32"), comm_rows, mem_bw, devices,
+                                    8.0 * 1024 * 1024 * 1024);
+  c.reserved_bytes = process_base / devices;
+  c.weight_stream_Bps = parse_quant_stream_bench(quant);
   std::ofstream f(o.calibrate_out);
   TP_CHECK(f.good(), "[plan --calibrate] cannot write ", o.calibrate_out);
   f << cluster_to_json(c).dump(2) << "\n";
@@ -199,11 +211,12 @@ void run_plan(PlanOptions& o) {
   if (o.mode == "serve") {
     o.serve.slo_ttft_s = o.slo_ttft_ms * 1e-3;
     o.serve.slo_itl_s = o.slo_itl_ms * 1e-3;
-    if (o.weight_bits > 0)
+    if (o.weight_bits > 0) {
       o.serve.weight_bytes = o.weight_bits / 8;
-    else if (!o.model.empty() && std::filesystem::is_regular_file(o.model))  // GGUF: its own size
-      o.serve.weight_bytes =
-          double(std::filesystem::file_size(o.model)) / double(total_parameters(m));
+    } else if (!o.model.empty()) {  // the file's own types and bytes
+      const WeightFormat wf = weight_format_of(o.model, "auto", m);
+      o.serve.weight_bytes = wf.bytes_per_parameter, o.serve.weight_format = wf.format;
+    }
     ServeConstraints pin;
     if (!o.fix.empty()) {
       const TrainConstraints f = parse_fixed_plan(o.fix);

@@ -54,6 +54,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "block, integer dot products on AVX512-VNNI CPUs, as llama.cpp) | f32 (f32 "
                  "activations: slower, slightly more accurate). Other CPUs always use f32")
       ->check(CLI::IsMember({"int8", "f32"}));
+  cmd.add_option("--kv-dtype", opts.kv_dtype,
+                 "Keys and values in the KV cache: f32 | f16 (half the memory, so twice the "
+                 "tokens; the query rounded to f16 for the scores, as llama.cpp's default cache)")
+      ->check(CLI::IsMember({"f32", "f16"}));
 }
 
 void check_model_paths(const ModelOptions& opts, const char* command, bool needs_tokenizer) {
@@ -100,6 +104,7 @@ void run_with_model(const char* command, const CommonOptions& given, const Model
     TimedCommunicator timed(world);
     auto model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
     model->set_int8_activations(mopts.activations == "int8");
+    model->set_kv_dtype(dtype_from_name(mopts.kv_dtype));
     fn(*model);
   });
 }

@@ -20,6 +20,7 @@ struct ModelOptions {
   int64_t ctx = 0;            // context length (0: the model's, capped at 4096)
   std::string tokenizer;      // tokenizer (+ chat template) source; "" = the model's
   std::string activations = "int8";  // quantized weights multiply: int8 | f32 activations
+  std::string kv_dtype = "f32";      // KV cache elements: f32 | f16
 };
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
 // Where the tokenizer and chat template come from: --tokenizer, else --model.

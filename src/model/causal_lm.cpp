@@ -9,15 +9,18 @@
 
 namespace tensorpar {
 
-KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_local, int64_t head_dim)
-    : n_blocks_(n_blocks), block_size_(block_size) {
+KvPool::KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_local, int64_t head_dim,
+               DType dtype)
+    : n_blocks_(n_blocks), block_size_(block_size), dtype_(dtype) {
   TP_CHECK(n_blocks >= 1 && block_size >= 1, "[KvPool] got ", n_blocks, " blocks of ", block_size,
            " tokens, expected at least 1 of 1");
+  TP_CHECK(dtype == DType::kF32 || dtype == DType::kF16, "[KvPool] keys and values are stored as f32 or f16, not ",
+           dtype_name(dtype));
   for (int64_t l = 0; l < n_layers; ++l) {
-    // At least one float so a rank without kv heads still has valid pointers.
+    // At least one element so a rank without kv heads still has valid pointers.
     const int64_t n = std::max<int64_t>(1, n_blocks * block_size * kv_local * head_dim);
-    k_.push_back(Tensor::zeros({n}, DType::kF32));
-    v_.push_back(Tensor::zeros({n}, DType::kF32));
+    k_.push_back(Tensor::zeros({n}, dtype));
+    v_.push_back(Tensor::zeros({n}, dtype));
   }
 }
 

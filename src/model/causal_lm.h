@@ -17,19 +17,24 @@
 namespace tensorpar {
 
 // This rank's keys and values in fixed-size blocks, every layer: k(l) is (n_blocks, NKV_local,
-// HS, block_size) (keys transposed within a block), v(l) (n_blocks, block_size, NKV_local, HS), f32. Which blocks belong to which sequence is the caller's business
-// (a block table per sequence): one sequence (KvCache below) or many (the serving engine).
+// HS, block_size) (keys transposed within a block), v(l) (n_blocks, block_size, NKV_local, HS),
+// of dtype() (f32, or f16: half the memory, see paged_attention.h). Which blocks belong to which
+// sequence is the caller's business (a block table per sequence): one sequence (KvCache below)
+// or many (the serving engine).
 class KvPool {
  public:
-  KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_local, int64_t head_dim);
+  KvPool(int64_t n_layers, int64_t n_blocks, int64_t block_size, int64_t kv_local, int64_t head_dim,
+         DType dtype = DType::kF32);
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
-  float* k(int64_t layer) { return k_[size_t(layer)].data<float>(); }
-  float* v(int64_t layer) { return v_[size_t(layer)].data<float>(); }
+  DType dtype() const { return dtype_; }
+  void* k(int64_t layer) { return k_[size_t(layer)].raw(); }
+  void* v(int64_t layer) { return v_[size_t(layer)].raw(); }
   int64_t bytes() const;
 
  private:
   int64_t n_blocks_ = 0, block_size_ = 0;
+  DType dtype_ = DType::kF32;
   std::vector<Tensor> k_, v_;
 };
 
@@ -143,6 +148,9 @@ class CausalLM {
   // kernel where the CPU has it (true, the default: llama.cpp's numerics, faster), or kept f32.
   // A model without such weights ignores it.
   virtual void set_int8_activations(bool /*on*/) {}
+  // Inference: the dtype pools made from now on store keys and values in: kF32 (default) or
+  // kF16 (half the memory; scores computed as llama.cpp does, see paged_attention.h).
+  virtual void set_kv_dtype(DType /*dtype*/) {}
   virtual std::vector<ParamShard> parameters() = 0;
   virtual void zero_grad() = 0;
   // Bytes of weights held on this rank.

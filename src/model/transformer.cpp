@@ -91,12 +91,18 @@ void Transformer::check_whole_model(const char* where) const {
 
 std::unique_ptr<KvPool> Transformer::make_kv_pool(int64_t n_blocks, int64_t block_size) const {
   const int64_t kv = layers_.empty() ? 0 : layers_[0].attn().kv_local();
-  return std::make_unique<KvPool>(int64_t(layers_.size()), n_blocks, block_size, kv, config_.head_dim);
+  return std::make_unique<KvPool>(int64_t(layers_.size()), n_blocks, block_size, kv, config_.head_dim, kv_dtype_);
 }
 
 int64_t Transformer::kv_bytes_per_token() const {
   const int64_t kv = layers_.empty() ? 0 : layers_[0].attn().kv_local();
-  return 2 * int64_t(layers_.size()) * kv * config_.head_dim * int64_t(sizeof(float));
+  return 2 * int64_t(layers_.size()) * dtype_nbytes(kv_dtype_, kv * config_.head_dim);
+}
+
+void Transformer::set_kv_dtype(DType dtype) {
+  TP_CHECK(dtype == DType::kF32 || dtype == DType::kF16, "[set_kv_dtype] the KV cache is f32 or f16, not ",
+           dtype_name(dtype));
+  kv_dtype_ = dtype;
 }
 
 int64_t Transformer::weight_bytes() const {
@@ -242,6 +248,7 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
   for (size_t l = 0; l < layers_.size(); ++l) {
     rows.k_pool = pool.k(int64_t(l));
     rows.v_pool = pool.v(int64_t(l));
+    rows.kv_dtype = pool.dtype();
     layers_[l].forward(ctx, x, x, rows, ws.acts);
   }
   if (R == 0) return;

@@ -81,6 +81,7 @@ class Transformer final : public CausalLM {
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
   void set_int8_activations(bool on) override { eng_.set_int8_activations(on); }
+  void set_kv_dtype(DType dtype) override;
   std::vector<ParamShard> parameters() override;
   void zero_grad() override;
   int64_t weight_bytes() const override;
@@ -144,6 +145,7 @@ class Transformer final : public CausalLM {
   std::vector<std::vector<double>> expert_load_;
   std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
   MatmulEngine eng_;
+  DType kv_dtype_ = DType::kF32;  // of the pools make_kv_pool makes
   std::unique_ptr<RopeTable> rope_;
   std::unique_ptr<RopeTable> rope_local_;  // Gemma 3's local (sliding-window) layers
   Range vocab_range_;

@@ -7,7 +7,9 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
@@ -146,20 +148,35 @@ void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x,
       // Each row's key and value go to its slot: block blocks[pos / block_size], row pos %
       // block_size (keys transposed within the block, see paged_attention.h).
       const int64_t bs = rows.block_size;
+      const bool f16_pool = rows.kv_dtype == DType::kF16;
+      TP_CHECK(f16_pool || rows.kv_dtype == DType::kF32, "[ParallelAttention::forward] a KV pool of ",
+               dtype_name(rows.kv_dtype), ": expected f32 or f16");
       for (const PagedSeq& s : rows.seqs)
         for (int64_t t = 0; t < s.T; ++t) {
           const int64_t pos = s.pos0 + t, r = s.row_begin + t;
           TP_CHECK(pos / bs < s.n_blocks, "[ParallelAttention::forward] position ", pos, " beyond the sequence's ",
                    s.n_blocks, " blocks");
           const int64_t blk = s.blocks[pos / bs], off = pos % bs;
-          std::memcpy(rows.v_pool + (blk * bs + off) * kc, src + r * W + qc + kc, size_t(kc) * sizeof(float));
+          const float* vr = src + r * W + qc + kc;
           const float* kr = k.data<float>() + r * kc;
-          float* kt = rows.k_pool + blk * kc * bs + off;
-          for (int64_t i = 0; i < kc; ++i) kt[i * bs] = kr[i];
+          if (f16_pool) {
+            f32_to_f16_n(static_cast<f16*>(rows.v_pool) + (blk * bs + off) * kc, vr, kc);
+            f16* kt = static_cast<f16*>(rows.k_pool) + blk * kc * bs + off;
+            for (int64_t i = 0; i < kc; ++i) kt[i * bs] = f32_to_f16(kr[i]);
+          } else {
+            std::memcpy(static_cast<float*>(rows.v_pool) + (blk * bs + off) * kc, vr, size_t(kc) * sizeof(float));
+            float* kt = static_cast<float*>(rows.k_pool) + blk * kc * bs + off;
+            for (int64_t i = 0; i < kc; ++i) kt[i * bs] = kr[i];
+          }
         }
       PagedAttentionDims d;
       d.NH = NHl, d.NKV = NKVl, d.HS = HS, d.block_size = bs, d.scale = shape_.scale, d.window = shape_.window;
-      paged_attention_forward(att.data<float>(), q.data<float>(), rows.k_pool, rows.v_pool, rows.seqs, d);
+      if (f16_pool)
+        paged_attention_forward_f16(att.data<float>(), q.data<float>(), static_cast<const f16*>(rows.k_pool),
+                                    static_cast<const f16*>(rows.v_pool), rows.seqs, d);
+      else
+        paged_attention_forward(att.data<float>(), q.data<float>(), static_cast<const float*>(rows.k_pool),
+                                static_cast<const float*>(rows.v_pool), rows.seqs, d);
     } else {
       Tensor v = scratch_rows(acts.v, N, kc);
       copy_columns(v.data<float>(), kc, src + qc + kc, W, N, kc);

@@ -48,8 +48,9 @@ struct AttentionRows {
   // (blocks, NKV_local, HS, block_size), keys transposed within a block; v_pool (blocks,
   // block_size, NKV_local, HS)) and each sequence attends over its own blocks.
   std::span<const PagedSeq> seqs;
-  float* k_pool = nullptr;
-  float* v_pool = nullptr;
+  void* k_pool = nullptr;  // f32 or f16 elements (kv_dtype)
+  void* v_pool = nullptr;
+  DType kv_dtype = DType::kF32;
   int64_t block_size = 0;
   // Dense (training; k_pool null): B sequences of T rows each from position 0.
   int64_t B = 0, T = 0;

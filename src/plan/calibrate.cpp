@@ -30,7 +30,10 @@ std::vector<GemmSample> parse_gemm_bench(const std::string& text, const std::str
   for_json_lines(text, [&](const nlohmann::json& j) {
     if (j.value("bench", "") != "gemm" || j.value("dtype", "") != dtype) return;
     const double m = j.value("m", 0.0), nk = j.value("n", 0.0) * j.value("k", 0.0);
-    out.push_back({2.0 * m * nk, j.value("gflops", 0.0) * 1e9, 4.0 * nk, m == 1});
+    // A row that also timed the backward GEMMs gives the training rate (forward and both
+    // gradients), what the training model's GEMM time stands for.
+    const double gflops = j.value("train_gflops", j.value("gflops", 0.0));
+    out.push_back({2.0 * m * nk, gflops * 1e9, 4.0 * nk, m == 1});
   });
   return out;
 }
@@ -45,6 +48,21 @@ std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory
   return out;
 }
 
+std::map<std::string, double> parse_quant_stream_bench(const std::string& text) {
+  std::map<std::string, std::vector<double>> rates;
+  for_json_lines(text, [&](const nlohmann::json& j) {
+    if (j.value("bench", "") != "gemm_quant" || j.value("m", 0) != 1) return;
+    const double gbps = j.value("default_weight_gbps", 0.0);
+    if (gbps > 0) rates[j.value("type", "")].push_back(gbps * 1e9);
+  });
+  std::map<std::string, double> out;
+  for (auto& [type, r] : rates) {
+    std::sort(r.begin(), r.end());
+    out[type] = r.size() % 2 ? r[r.size() / 2] : 0.5 * (r[r.size() / 2 - 1] + r[r.size() / 2]);
+  }
+  return out;
+}
+
 ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
                               const std::vector<CommSample>& comm, double memory_Bps, int devices,
                               double memory_bytes) {
@@ -56,7 +74,7 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   c.name = "this-machine";
   c.devices_per_node = devices;
   c.memory_bytes = memory_bytes;
-  c.reserved_bytes = 0.25 * 1024.0 * 1024.0 * 1024.0;
+  c.reserved_bytes = 0;  // the caller measures the process's fixed memory (plan --calibrate)
   c.memory_Bps = memory_Bps / devices;  // ranks share the memory bus
   for (const auto& g : gemm) {
     if (g.streaming && g.flops > 0)
@@ -64,13 +82,23 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   }
   c.eff = {1.0, 1e7, 1.0, 1.0, false, true};
   for (const auto& g : gemm) c.peak_flops = std::max(c.peak_flops, g.flops_per_s);
+  // The efficiency curve describes compute-bound GEMMs (training's, prefill's): samples whose
+  // FLOPs per weight byte reach the machine's balance (peak / bandwidth). Below it (decode's few
+  // rows) the weight read bounds the time, which memory_Bps models; fitting those rows here
+  // would make every small GEMM look slow (a micro-batch of 2 x 128 tokens runs at the rate of
+  // 8 x 128 on a CPU). All samples when fewer than two are compute-bound.
+  std::vector<GemmSample> fit;
+  for (const auto& g : gemm)
+    if (!g.streaming && g.weight_bytes > 0 && g.flops / g.weight_bytes >= c.peak_flops / c.memory_Bps)
+      fit.push_back(g);
+  if (fit.size() < 2) fit = gemm;
   // gemm_half_flops: least squares of log(predicted / measured time) over a log grid.
   double best = 1e300;
   for (double lg = 3; lg <= 11; lg += 0.02) {
     EfficiencySpec e = c.eff;
     e.gemm_half_flops = std::pow(10.0, lg);
     double err = 0;
-    for (const auto& g : gemm) {
+    for (const auto& g : fit) {
       const double pred = c.peak_flops * gemm_efficiency(e, g.flops);
       err += std::pow(std::log(pred / g.flops_per_s), 2);
     }

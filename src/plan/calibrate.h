@@ -2,6 +2,7 @@
 // (GEMM FLOP/s by size) and `bench comm --json` (all-reduce time by size, memory bandwidth).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,16 @@ struct CommSample {
 };
 
 // Parses the JSON lines the benches print (other lines are skipped); `dtype` picks the GEMM rows.
+// A GEMM row's rate is its training rate (`train_gflops`: forward and both gradients) where the
+// bench measured one, else its forward rate.
 std::vector<GemmSample> parse_gemm_bench(const std::string& text, const std::string& dtype);
 std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory_Bps);
+// `bench gemm --quant --json` rows at one row (M = 1, decode): per type ("q4_1", ...), the
+// median over the shapes of the weight stream of the kernel inference uses by default.
+std::map<std::string, double> parse_quant_stream_bench(const std::string& text);
 
-// Peak = the fastest GEMM; gemm_half_flops fitted (least squares in log time) to all samples;
+// Peak = the fastest GEMM; gemm_half_flops fitted (least squares in log time) to the
+// compute-bound samples (FLOPs per weight byte at least peak / bandwidth; all when fewer than two);
 // memory bandwidth per device = the fastest weight stream of an M = 1 GEMM (what decode does;
 // `memory_Bps` from the comm bench's memcpy, shared by the ranks, is the fallback); link latency
 // from the smallest all-reduce, bandwidth from the largest (ring formula inverted).

@@ -103,6 +103,16 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
   c.reserved_bytes = d.value("reserved_gib", 0.0) * kGiB;
   c.peak_flops = num(d, "tflops", where + ": device") * 1e12;
   c.memory_Bps = num(d, "memory_bandwidth_gbps", where + ": device") * 1e9;
+  if (d.contains("weight_stream_gbps")) {
+    const auto& ws = d.at("weight_stream_gbps");
+    TP_CHECK(ws.is_object(), "[", where, "] device: \"weight_stream_gbps\" must be an object "
+             "{\"FORMAT\": GB/s, ...}");
+    for (const auto& [format, v] : ws.items()) {
+      TP_CHECK(v.is_number() && v.get<double>() > 0, "[", where, "] device: weight_stream_gbps.",
+               format, " must be a positive number");
+      c.weight_stream_Bps[format] = v.get<double>() * 1e9;
+    }
+  }
   TP_CHECK(j.contains("intra_node") && j.contains("inter_node"), "[", where,
            "] missing \"intra_node\" or \"inter_node\"");
   c.intra = link_from_json(j.at("intra_node"), where + ": intra_node");
@@ -121,7 +131,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
 }
 
 nlohmann::json cluster_to_json(const ClusterSpec& c) {
-  return {{"name", c.name},
+  nlohmann::json j = {{"name", c.name},
           {"nodes", c.nodes},
           {"devices_per_node", c.devices_per_node},
           {"device",
@@ -138,6 +148,12 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"link", c.eff.link},
             {"dp_overlap", c.eff.dp_overlap},
             {"fused_attention", c.eff.fused_attention}}}};
+  if (!c.weight_stream_Bps.empty()) {
+    nlohmann::json ws = nlohmann::json::object();
+    for (const auto& [format, bps] : c.weight_stream_Bps) ws[format] = bps * 1e-9;
+    j["device"]["weight_stream_gbps"] = ws;
+  }
+  return j;
 }
 
 ClusterSpec read_cluster_file(const std::string& path) {

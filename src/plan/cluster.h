@@ -3,6 +3,7 @@
 // docs/planner.md) or taken from a named preset.
 #pragma once
 
+#include <map>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
@@ -35,6 +36,10 @@ struct ClusterSpec {
   double reserved_bytes = 0;  // per device: runtime, workspace, fragmentation
   double peak_flops = 0;      // dense 16-bit FLOP/s per device (f32 on a CPU calibration)
   double memory_Bps = 0;      // device memory bandwidth
+  // Measured weight streaming of one decode matmul per weight format ("q4_1", "q8_0", "bf16",
+  // ...), where it differs from memory_Bps x eff.memory: a CPU dequantizes blocks on the way in
+  // (plan --calibrate fills it). Formats not listed stream at memory_Bps x eff.memory.
+  std::map<std::string, double> weight_stream_Bps;
   LinkSpec intra;             // inside a node (NVLink; shared memory on a CPU)
   LinkSpec inter;             // between nodes (InfiniBand), per device
   EfficiencySpec eff;

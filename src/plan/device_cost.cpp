@@ -17,4 +17,10 @@ double memory_time(const ClusterSpec& c, double bytes) {
   return bytes <= 0 ? 0 : bytes / (c.memory_Bps * c.eff.memory);
 }
 
+double weight_stream_time(const ClusterSpec& c, double bytes, const std::string& format) {
+  const auto it = c.weight_stream_Bps.find(format);
+  if (it == c.weight_stream_Bps.end() || bytes <= 0) return memory_time(c, bytes);
+  return bytes / it->second;
+}
+
 }  // namespace tensorpar::plan

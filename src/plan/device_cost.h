@@ -2,6 +2,8 @@
 // the calibrated fraction of memory bandwidth.
 #pragma once
 
+#include <string>
+
 #include "plan/cluster.h"
 
 namespace tensorpar::plan {
@@ -11,5 +13,8 @@ double gemm_efficiency(const EfficiencySpec& e, double flops);
 // Time of `count` GEMMs of `flops` each.
 double gemm_time(const ClusterSpec& c, double flops, double count = 1);
 double memory_time(const ClusterSpec& c, double bytes);
+// Time to stream `bytes` of decode weights in `format` (ClusterSpec::weight_stream_Bps, else
+// memory_time).
+double weight_stream_time(const ClusterSpec& c, double bytes, const std::string& format);
 
 }  // namespace tensorpar::plan

@@ -66,7 +66,7 @@ double decode_step_time(const ModelSpec& m, const ClusterSpec& c, const ServeWor
   const double q_local = double(ceil_div(m.heads, p.tp) * m.head_dim);
   const double flops =
       2 * active_params_local(m, p) * group + 4 * group * context * q_local * layers;
-  const double mem_t = memory_time(c, weights), kv_t = memory_time(c, kv);
+  const double mem_t = weight_stream_time(c, weights, w.weight_format), kv_t = memory_time(c, kv);
   const double gemm_t = gemm_time(c, flops);
   const double comm = 2 * layers * all_reduce_time(c, {p.tp, 1}, 2 * group * double(m.hidden));
   const double stage = std::max(mem_t + kv_t, gemm_t) + comm;
@@ -98,7 +98,8 @@ ServeEstimate estimate_serve(const ModelSpec& m, const ClusterSpec& c, const Ser
   const double layer_gemm = gemm_time(c, (f.linear) / p.tp) + gemm_time(c, f.attention / p.tp);
   const double layer_comm = 2 * all_reduce_time(c, {p.tp, 1}, 2 * T * double(m.hidden));
   const double head = gemm_time(c, 2 * double(m.hidden) * double(m.vocab) / p.tp);  // last token
-  const double weights_read = memory_time(c, double(total_parameters(m)) * w.weight_bytes / p.tp);
+  const double weights_read =
+      weight_stream_time(c, double(total_parameters(m)) * w.weight_bytes / p.tp, w.weight_format);
   e.prefill_compute_s = std::max(double(m.layers) * layer_gemm + head, weights_read);
   e.prefill_comm_s = double(m.layers) * layer_comm + (p.pp - 1) * pp_hop(m, c, p, T);
   e.ttft_s = e.prefill_compute_s + e.prefill_comm_s;

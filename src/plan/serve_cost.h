@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "plan/cluster.h"
 #include "plan/model_spec.h"
@@ -14,6 +15,7 @@ struct ServeWorkload {
   int64_t prompt_tokens = 512;
   int64_t output_tokens = 256;
   double weight_bytes = 2;  // per parameter (2: bf16; ~0.56: Q4_1)
+  std::string weight_format;  // "q4_1", "bf16", ...: its measured stream rate if the cluster has one
   double kv_bytes = 2;      // per KV element
   double slo_ttft_s = 0;    // 0: no target
   double slo_itl_s = 0;

@@ -28,8 +28,8 @@ class BatchForward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BatchForward, EqualsEachSequenceAlone) {
   const std::string param = GetParam();
-  const bool bf16 = param.ends_with(":bf16");
-  const std::string path = model_fixture(bf16 ? param.substr(0, param.size() - 5) : param);
+  const bool bf16 = param.ends_with(":bf16"), kv16 = param.ends_with(":kv16");
+  const std::string path = model_fixture(bf16 || kv16 ? param.substr(0, param.size() - 5) : param);
   LoadOptions lo;
   if (bf16) lo.float_weights = DType::kBF16;
   const auto base = read_numbers<int32_t>(model_fixture("llama_gqa/tokens.txt"));
@@ -45,6 +45,7 @@ TEST_P(BatchForward, EqualsEachSequenceAlone) {
     SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp));
     run_model_ranks(tp, [&](Communicator& world) {
       auto m = load_model(path, world, lo);
+      if (kv16) m->set_kv_dtype(DType::kF16);  // every pool below, alone and together
       const int64_t Vl = m->vocab_range().size();
       // Alone: whole prompt, then one decode row.
       std::vector<std::vector<float>> want_prompt, want_decode;
@@ -104,13 +105,44 @@ TEST_P(BatchForward, EqualsEachSequenceAlone) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchForward,
                          ::testing::Values("llama_gqa", "gpt2", "qwen2_bias", "llama_odd",
                                            "llama_gqa_gguf/model-q4_1.gguf", "llama_gqa_gguf/model-f16.gguf",
-                                           "llama_gqa:bf16", "gpt2:bf16"),
+                                           "llama_gqa:bf16", "gpt2:bf16", "llama_gqa:kv16",
+                                           "gemma3_pattern:kv16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
                              if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// An f16 KV cache holds half the bytes per token and gives the f32 cache's logits up to f16
+// rounding of keys, values and queries (inputs of unit scale: well within 2e-2), at tp 1-3,
+// Gemma 3's sliding windows included.
+TEST(KvF16, HalfTheBytesAndCloseToF32) {
+  const auto base = read_numbers<int32_t>(model_fixture("llama_gqa/tokens.txt"));
+  std::vector<int32_t> prompt(base.begin(), base.begin() + 19);
+  for (int32_t& t : prompt) t %= 240;
+  for (const char* name : {"llama_gqa", "gemma3_pattern", "qwen2_bias"})
+    for (int tp : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(name) + " tp " + std::to_string(tp));
+      run_model_ranks(tp, [&](Communicator& world) {
+        auto m = load_model(model_fixture(name), world);
+        const int64_t Vl = m->vocab_range().size(), f32_bytes = m->kv_bytes_per_token();
+        auto run = [&] {
+          auto cache = m->make_cache(int64_t(prompt.size()));
+          Tensor lg = nan_tensor({int64_t(prompt.size()), Vl});
+          m->forward(lg, prompt, *cache, false);
+          return bits(lg);
+        };
+        const std::vector<float> want = run();
+        m->set_kv_dtype(DType::kF16);
+        EXPECT_EQ(2 * m->kv_bytes_per_token(), f32_bytes);
+        const std::vector<float> got = run();
+        EXPECT_NE(got, want);  // the rounding is there
+        EXPECT_LE(max_abs_diff(got, want), 2e-2);
+        EXPECT_THROW(m->set_kv_dtype(DType::kBF16), Error);
+      });
+    }
+}
 
 TEST(BatchForwardErrors, RejectsShortBlockTablesAndBadLogits) {
   run_model_ranks(1, [&](Communicator& world) {

@@ -126,6 +126,55 @@ TEST(Calibrate, RecoversTheGeneratingConstants) {
       calibrate_cluster(parse_gemm_bench(gemm + stream, "f32"), comm_rows, mem, 2, 8e9);
   EXPECT_NEAR(s2.memory_Bps, 4e6 / (2e6 / 6e9), 1);
   EXPECT_THROW(calibrate_cluster({}, comm_rows, mem, 2, 8e9), std::exception);
+  // Compute-bound rows (512 rows: 256 FLOPs per weight byte) on the curve, beside few-row GEMMs
+  // bound by their weight read (far below the curve at their size): the curve comes from the
+  // compute-bound rows alone.
+  std::string mixed;
+  for (double f : {1e6, 1e7, 1e8, 1e10}) {
+    const double rate = 100e9 * f / (f + 1e7), nk = f / (2 * 512);
+    mixed += "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":512,\"n\":1,\"k\":" + std::to_string(nk) +
+             ",\"gflops\":" + std::to_string(rate * 1e-9) + "}\n";
+    const double nk16 = f / (2 * 16);  // 16 rows: 8 FLOPs per byte, read at 10 GB/s
+    mixed += "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":16,\"n\":1,\"k\":" + std::to_string(nk16) +
+             ",\"gflops\":" + std::to_string(f / (4 * nk16 / 10e9) * 1e-9) + "}\n";
+  }
+  const ClusterSpec s3 = calibrate_cluster(parse_gemm_bench(mixed, "f32"), comm_rows, mem, 2, 8e9);
+  EXPECT_NEAR(std::log10(s3.eff.gemm_half_flops), 7.0, 0.03);
+  // A row that timed the backward GEMMs too counts at its training rate.
+  const auto rows = parse_gemm_bench(
+      "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":512,\"n\":64,\"k\":64,\"gflops\":200.0,"
+      "\"train_gflops\":150.0}\n{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":1,\"n\":64,\"k\":64,"
+      "\"gflops\":5.0}\n",
+      "f32");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[0].flops_per_s, 150e9);
+  EXPECT_DOUBLE_EQ(rows[1].flops_per_s, 5e9);
+}
+
+TEST(Calibrate, QuantizedWeightStreamsArePerTypeMediansAtOneRow) {
+  // Rows of `bench gemm --quant --json`: M = 1 rows count (median over the shapes), M > 1 do not.
+  const std::string text =
+      "inference GGUF weights ...\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q4_1\",\"m\":1,\"n\":8,\"k\":32,\"default_weight_gbps\":9.0}\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q4_1\",\"m\":1,\"n\":8,\"k\":64,\"default_weight_gbps\":11.0}\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q4_1\",\"m\":1,\"n\":8,\"k\":96,\"default_weight_gbps\":10.0}\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q4_1\",\"m\":16,\"n\":8,\"k\":32,\"default_weight_gbps\":99.0}\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q8_0\",\"m\":1,\"n\":8,\"k\":32,\"default_weight_gbps\":12.0}\n"
+      "{\"bench\":\"gemm_quant\",\"type\":\"q8_0\",\"m\":1,\"n\":8,\"k\":64,\"default_weight_gbps\":14.0}\n";
+  const auto rates = parse_quant_stream_bench(text);
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_DOUBLE_EQ(rates.at("q4_1"), 10e9);
+  EXPECT_DOUBLE_EQ(rates.at("q8_0"), 13e9);
+  // A cluster carrying them streams those formats at their rate and the others at memory_Bps.
+  ClusterSpec c = cluster_preset("this-machine");
+  c.weight_stream_Bps = rates;
+  EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "q4_1"), 0.1);
+  EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "bf16"), memory_time(c, 1e9));
+  const ClusterSpec back = cluster_from_json(cluster_to_json(c), "round trip");
+  EXPECT_EQ(back.weight_stream_Bps, c.weight_stream_Bps);
+  nlohmann::json bad = cluster_to_json(c);
+  bad["device"]["weight_stream_gbps"]["q4_0"] = -1;
+  EXPECT_THROW(cluster_from_json(bad, "bad.json"), std::exception);
 }
 
 }  // namespace

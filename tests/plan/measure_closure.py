@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Closure of the planner on this machine: predicted vs measured tensorpar training step time
-and peak memory for every (tp, dp) on 1-2 ranks, and decode speed of the default SmolLM2 model
+and peak memory for every (tp, pp, dp) on 1-2 ranks, and decode speed of the default SmolLM2 model
 at tp 1 and 2, after `tensorpar plan --calibrate`. Prints a Markdown table (docs/planner.md)
 and draws docs/img/planner_closure.png (predicted against measured; standard library only).
 
@@ -23,6 +23,7 @@ TOKENIZER = os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.
 DATA = "/usr/share/games/fortunes/computers"
 GGUF = os.path.join(REPO, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
 MODEL = dict(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seq=128, batch=8, vocab=1503)
+RED, BLUE = [200, 30, 30], [30, 60, 200]  # plot: times (s), memory (GiB)
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
 
 
@@ -45,29 +46,35 @@ def run_rss(cmd):
     return p.stdout, rss_kib * 1024
 
 
-def measure_train(a, tp, dp):
+# (tp, pp, dp) and the micro-batch: the whole batch per DP rank, except through the pipeline
+# (4 micro-batches of 2, so the stages overlap).
+LAYOUTS = [(1, 1, 1, 8), (2, 1, 1, 8), (1, 2, 1, 2), (1, 1, 2, 4)]
+
+
+def measure_train(a, tp, pp, dp, mb):
     m = MODEL
     cmd = [a.run_bin, "train", "--arch", "llama", "--layers", str(m["layers"]), "--hidden",
            str(m["hidden"]), "--heads", str(m["heads"]), "--kv-heads", str(m["kv_heads"]), "--ffn",
            str(m["ffn"]), "--seq", str(m["seq"]), "--vocab-from", TOKENIZER, "--data", DATA,
-           "--batch", str(m["batch"]), "--steps", str(a.steps), "--lr", "1e-3", "--tp", str(tp),
-           "--dp", str(dp), "--threads-per-rank", "1", "--json"]
+           "--batch", str(m["batch"]), "--micro-batch", str(mb), "--steps", str(a.steps), "--lr", "1e-3",
+           "--tp", str(tp), "--pp", str(pp), "--dp", str(dp), "--threads-per-rank", "1", "--json"]
     out, rss = run_rss(cmd)
     steps = [json.loads(l) for l in out.splitlines() if l.startswith("{") and '"step"' in l]
     tok = [s["tokens_per_s"] for s in steps[2:]]  # after 2 warm-up steps
     return m["batch"] * m["seq"] / statistics.median(tok), rss
 
 
-def predict_train(a, cluster, tp, dp):
+def predict_train(a, cluster, tp, pp, dp, mb):
     m = MODEL
     cmd = [a.plan_bin, "plan", "--layers", str(m["layers"]), "--hidden", str(m["hidden"]),
            "--heads", str(m["heads"]), "--kv-heads", str(m["kv_heads"]), "--ffn", str(m["ffn"]),
-           "--vocab", str(m["vocab"]), "--tied", "--cluster", cluster, "--devices", str(tp * dp),
+           "--vocab", str(m["vocab"]), "--tied", "--cluster", cluster, "--devices", str(tp * pp * dp),
            "--global-batch", str(m["batch"]), "--seq", str(m["seq"]), "--precision", "f32",
-           "--fix", f"tp={tp},pp=1,dp={dp},micro_batch={m['batch'] // dp},recompute=none",
+           "--fix", f"tp={tp},pp={pp},dp={dp},micro_batch={mb},recompute=none",
            "--json"]
     plan = json.loads(run(cmd)[0])["plans"][0]
-    return plan["step_time_s"], plan["memory_gib_per_device"] * 2**30 * tp * dp
+    # The process's memory: every rank's (the fullest stage's figure for each stage: an upper bound).
+    return plan["step_time_s"], plan["memory_gib_per_device"] * 2**30 * tp * pp * dp
 
 
 def measure_decode(a, tp):
@@ -87,10 +94,11 @@ def predict_decode(a, cluster, tp, prompt_tokens):
 
 
 def png(path, points, w=480, h=480):
-    """Predicted (y) against measured (x), log-log: y = x and the +-15% band; one dot a point."""
+    """Predicted (y) against measured (x), log-log: y = x and the +-15% band; one dot a point
+    (measured, predicted, rgb): times red, memory blue."""
     import math
-    lo = min(min(p) for p in points) / 1.5
-    hi = max(max(p) for p in points) * 1.5
+    lo = min(min(p[:2]) for p in points) / 1.5
+    hi = max(max(p[:2]) for p in points) * 1.5
     px = lambda v: int((math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (w - 41)) + 20
     img = [[255] * (w * 3) for _ in range(h)]
 
@@ -109,8 +117,8 @@ def png(path, points, w=480, h=480):
         dot(x, 20, [0, 0, 0])
     for y in range(20, h - 20):
         dot(20, y, [0, 0, 0])
-    for measured, predicted in points:
-        dot(px(measured), px(predicted), [200, 30, 30], 4)
+    for measured, predicted, rgb in points:
+        dot(px(measured), px(predicted), rgb, 4)
     raw = b"".join(b"\x00" + bytes(row) for row in img)
     chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
     with open(path, "wb") as f:
@@ -143,8 +151,8 @@ def main():
         measured = json.load(open(a.load))
     else:
         measured = {"train": {}, "decode": {}}
-        for tp, dp in [(1, 1), (2, 1), (1, 2)]:
-            measured["train"][f"{tp},{dp}"] = [measure_train(a, tp, dp) for _ in range(a.rounds)]
+        for tp, pp, dp, mb in LAYOUTS:
+            measured["train"][f"{tp},{pp},{dp},{mb}"] = [measure_train(a, tp, pp, dp, mb) for _ in range(a.rounds)]
         for tp in (1, 2):
             runs = [measure_decode(a, tp) for _ in range(a.rounds)]
             measured["decode"][str(tp)] = [[x[0], int(x[1].get("prompt_tokens", 40))] for x in runs]
@@ -152,22 +160,23 @@ def main():
             json.dump(measured, open(a.save, "w"), indent=1)
     rows, points = [], []
     for key, meas in measured["train"].items():
-        tp, dp = map(int, key.split(","))
+        tp, pp, dp, mb = map(int, key.split(","))
         step = statistics.median(x[0] for x in meas)
         rss = statistics.median(x[1] for x in meas)
-        pred_step, pred_mem = predict_train(a, cluster, tp, dp)
-        rows.append((f"train step, tp {tp} dp {dp}", step, pred_step, "s",
-                     [round(x[0], 4) for x in meas]))
-        rows.append((f"train peak RSS (process), tp {tp} dp {dp}", rss / 2**20, pred_mem / 2**20,
+        pred_step, pred_mem = predict_train(a, cluster, tp, pp, dp, mb)
+        name = f"tp {tp} pp {pp} dp {dp}, micro-batch {mb}"
+        rows.append((f"train step, {name}", step, pred_step, "s", [round(x[0], 4) for x in meas]))
+        rows.append((f"train peak RSS (process), {name}", rss / 2**20, pred_mem / 2**20,
                      "MiB", [round(x[1] / 2**20) for x in meas]))
-        points.append((step, pred_step))
+        points.append((step, pred_step, RED))
+        points.append((rss / 2**30, pred_mem / 2**30, BLUE))
     for key, meas in measured["decode"].items():
         tp = int(key)
         itl = statistics.median(x[0] for x in meas)
         pred = predict_decode(a, cluster, tp, meas[0][1])
         rows.append((f"decode ITL, SmolLM2 Q4_1, tp {tp}", itl * 1e3, pred * 1e3, "ms",
                      [round(x[0] * 1e3, 2) for x in meas]))
-        points.append((itl, pred))
+        points.append((itl, pred, RED))
     print(f"load average after: {os.getloadavg()}", file=sys.stderr)
     print("| quantity | measured | predicted | error | runs |")
     print("| --- | --- | --- | --- | --- |")

@@ -39,6 +39,23 @@ TEST(ServeCost, KvCacheAndConcurrencyFromClosedForm) {
   EXPECT_NEAR(e16.kv_bytes_per_seq, 2.0 * 80 * 128 * 2 * 1024, 1);
 }
 
+TEST(ServeCost, DecodeStreamsWeightsAtTheirFormatsMeasuredRate) {
+  // A cluster that streams q4_1 weights at half its memory bandwidth: the weight term of one
+  // sequence's decode doubles, and the other terms stay.
+  const ModelSpec m = llama_70b();
+  ClusterSpec c = cluster_preset("h200x8");
+  ServeWorkload w;
+  w.weight_bytes = 0.5625, w.concurrency = 1;
+  const ServeEstimate plain = estimate_serve(m, c, w, {8, 1, 1});
+  w.weight_format = "q4_1";
+  c.weight_stream_Bps["q4_1"] = c.memory_Bps * c.eff.memory / 2;
+  const ServeEstimate slow = estimate_serve(m, c, w, {8, 1, 1});
+  EXPECT_NEAR(slow.decode_weights_s, 2 * plain.decode_weights_s, 1e-12);
+  EXPECT_DOUBLE_EQ(slow.decode_kv_s, plain.decode_kv_s);
+  EXPECT_DOUBLE_EQ(slow.decode_comm_s, plain.decode_comm_s);
+  EXPECT_GT(slow.itl_s, plain.itl_s);
+}
+
 TEST(ServeCost, LatencyOrderings) {
   const ModelSpec m = llama_70b();
   const ClusterSpec c = cluster_preset("dgx-h100");

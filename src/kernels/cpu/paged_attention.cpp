@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fast_math.h"
 
@@ -189,35 +191,98 @@ TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, co
   }
 }
 
+// Work items (sequence row, kv head) of a call, listed once so the loop can be split evenly.
+struct WorkRows {
+  std::vector<std::pair<int32_t, int64_t>> rows;  // (sequence index, row within it)
+  int64_t keys = 0, max_keys = 1;
+};
+
+WorkRows list_rows(std::span<const PagedSeq> seqs) {
+  WorkRows w;
+  for (size_t i = 0; i < seqs.size(); ++i)
+    for (int64_t t = 0; t < seqs[i].T; ++t) {
+      w.rows.emplace_back(int32_t(i), t);
+      w.keys += seqs[i].pos0 + t + 1;
+      w.max_keys = std::max(w.max_keys, seqs[i].pos0 + t + 1);
+    }
+  return w;
+}
+
+// kHeadTile rows of scores, each 64-byte aligned, so no vector loop over one is ever peeled
+// differently for another batch.
+struct ScoreRows {
+  explicit ScoreRows(int64_t max_keys)
+      : stride((max_keys + 16 + 15) / 16 * 16), buf(size_t(kHeadTile * stride + 16)) {}
+  float* data() { return buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / 4) % 16) % 16; }
+  int64_t stride;
+  std::vector<float> buf;
+};
+
+// The keys and values one work item of an f16 pool reads, widened: keys [from, pos] of kv head
+// g as one transposed block (HS, n16) and values as rows (n16, HS), so the f32 arithmetic runs
+// on them unchanged (as a one-block sequence at position pos - from).
+struct WidenedKv {
+  WidenedKv(int64_t max_keys, int64_t HS, int64_t G)
+      : k(size_t((max_keys + 16) * HS)), v(k.size()), q(size_t(G * HS)) {}
+  std::vector<float> k, v, q;
+};
+
 }  // namespace
 
 void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
                              std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward");
-  // Work items (sequence row, kv head), listed once so the loop can be split evenly.
-  std::vector<std::pair<int32_t, int64_t>> rows;  // (sequence index, row within it)
-  int64_t keys = 0, max_keys = 1;
-  for (size_t i = 0; i < seqs.size(); ++i)
-    for (int64_t t = 0; t < seqs[i].T; ++t) {
-      rows.emplace_back(int32_t(i), t);
-      keys += seqs[i].pos0 + t + 1;
-      max_keys = std::max(max_keys, seqs[i].pos0 + t + 1);
-    }
-  const int64_t items = int64_t(rows.size()) * d.NKV, row_stride = d.NH * d.HS;
-#pragma omp parallel if (keys * d.NH * d.HS > kMinParallelWork)
+  const WorkRows w = list_rows(seqs);
+  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * d.HS;
+#pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
   {
-    // kHeadTile rows of scores, each 64-byte aligned, so no vector loop over one is ever peeled
-    // differently for another batch.
-    const int64_t stride = (max_keys + 16 + 15) / 16 * 16;
-    std::vector<float> scores_buf(size_t(kHeadTile * stride + 16));
-    float* scores = scores_buf.data() + (16 - (reinterpret_cast<uintptr_t>(scores_buf.data()) / 4) % 16) % 16;
+    ScoreRows scores(w.max_keys);
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < items; ++it) {
-      const auto [si, t] = rows[size_t(it / d.NKV)];
+      const auto [si, t] = w.rows[size_t(it / d.NKV)];
       const PagedSeq& s = seqs[size_t(si)];
       const int64_t r = s.row_begin + t;
-      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d, scores,
-                stride);
+      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d,
+                scores.data(), scores.stride);
+    }
+  }
+}
+
+void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, const f16* v_pool,
+                                 std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
+  const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward_f16");
+  const WorkRows w = list_rows(seqs);
+  const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
+  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * HS;
+#pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
+  {
+    ScoreRows scores(w.max_keys);
+    WidenedKv kv(w.max_keys, HS, G);
+    const int32_t block0 = 0;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t it = 0; it < items; ++it) {
+      const auto [si, t] = w.rows[size_t(it / d.NKV)];
+      const PagedSeq& s = seqs[size_t(si)];
+      const int64_t r = s.row_begin + t, pos = s.pos0 + t, g = it % d.NKV;
+      // The keys the f32 kernel would score (from a lane boundary at or before the window's
+      // first key) and the values it would sum.
+      const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
+      const int64_t from = first / kLanes * kLanes, n = pos + 1 - from, n16 = (n + kLanes - 1) / kLanes * kLanes;
+      for (int64_t j = from; j <= pos;) {
+        const int64_t blk = s.blocks[j / bs], off = j % bs, run = std::min(bs - off, pos + 1 - j);
+        for (int64_t i = 0; i < HS; ++i)
+          f16_to_f32_n(kv.k.data() + i * n16 + (j - from), k_pool + ((blk * d.NKV + g) * HS + i) * bs + off, run);
+        for (int64_t jj = std::max(j, first); jj < j + run; ++jj)
+          f16_to_f32_n(kv.v.data() + (jj - from) * HS, v_pool + (blk * bs + off + (jj - j)) * kv_stride + g * HS, HS);
+        j += run;
+      }
+      const float* qr = q + r * row_stride + g * G * HS;
+      for (int64_t i = 0; i < G * HS; ++i) kv.q[size_t(i)] = f16_to_f32(f32_to_f16(qr[i]));
+      PagedAttentionDims one = d;
+      one.NH = G, one.NKV = 1, one.block_size = n16;
+      const PagedSeq widened{0, 1, pos - from, &block0, 1};
+      row_group(out + r * row_stride + g * G * HS, kv.q.data(), kv.k.data(), kv.v.data(), widened, pos - from, 0,
+                one, scores.data(), scores.stride);
     }
   }
 }
@@ -242,6 +307,22 @@ void paged_attention_forward_naive(float* out, const float* q, const float* k_po
     a.window = d.window;
     if (s.T > 0) attention_forward_naive(out + s.row_begin * q_row, nullptr, q + s.row_begin * q_row, k.data(), v.data(), a);
   }
+}
+
+void paged_attention_forward_f16_naive(float* out, const float* q, const f16* k_pool, const f16* v_pool,
+                                       std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
+  // The f32 reference on the pools' values widened (scalar conversions) and the query rounded.
+  const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward_f16_naive");
+  int64_t n_blocks = 0, rows = 0;
+  for (const PagedSeq& s : seqs) {
+    for (int64_t b = 0; b < s.n_blocks; ++b) n_blocks = std::max<int64_t>(n_blocks, s.blocks[b] + 1);
+    rows = std::max(rows, s.row_begin + s.T);
+  }
+  const int64_t pool = n_blocks * d.block_size * d.NKV * d.HS;
+  std::vector<float> k(size_t(std::max<int64_t>(1, pool))), v(k.size()), qr(size_t(std::max<int64_t>(1, rows * d.NH * d.HS)));
+  for (int64_t i = 0; i < pool; ++i) k[size_t(i)] = f16_to_f32(k_pool[i]), v[size_t(i)] = f16_to_f32(v_pool[i]);
+  for (int64_t i = 0; i < rows * d.NH * d.HS; ++i) qr[size_t(i)] = f16_to_f32(f32_to_f16(q[i]));
+  paged_attention_forward_naive(out, qr.data(), k.data(), v.data(), seqs, d);
 }
 
 }  // namespace tensorpar

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/half.h"
+
 namespace tensorpar {
 
 struct PagedAttentionDims {
@@ -42,5 +44,15 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
 // attention_forward_naive (attention.h).
 void paged_attention_forward_naive(float* out, const float* q, const float* k_pool, const float* v_pool,
                                    std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
+
+// The same over pools of f16 keys and values (half the memory), with llama.cpp's f16 cache
+// numerics: the query is rounded to f16 too (ggml multiplies an f16 cache with the query in its
+// type), scores, softmax and the weighted sum in f32. Bitwise the result of the f32 kernel on
+// the f16 values widened and the query rounded to f16 (each work item widens the keys and values
+// it reads into a scratch of its own, then runs the f32 arithmetic).
+void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, const f16* v_pool,
+                                 std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
+void paged_attention_forward_f16_naive(float* out, const float* q, const f16* k_pool, const f16* v_pool,
+                                       std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
 
 }  // namespace tensorpar

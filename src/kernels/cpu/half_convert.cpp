@@ -1,0 +1,54 @@
+#include "kernels/cpu/half_convert.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC's AVX-512 conversion intrinsics start from _mm512_undefined_*, which it reports as
+// possibly uninitialized (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#define TP_HALF_AVX512 1
+#endif
+
+namespace tensorpar {
+
+namespace {
+
+#ifdef TP_HALF_AVX512
+bool avx512_usable() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+__attribute__((target("avx512f"))) void to_f32_avx512(float* dst, const f16* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+__attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+#endif
+
+}  // namespace
+
+void f16_to_f32_n(float* dst, const f16* src, int64_t n) {
+#ifdef TP_HALF_AVX512
+  if (avx512_usable()) return to_f32_avx512(dst, src, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+void f32_to_f16_n(f16* dst, const float* src, int64_t n) {
+#ifdef TP_HALF_AVX512
+  if (avx512_usable()) return to_f16_avx512(dst, src, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
+
+}  // namespace tensorpar

@@ -1,0 +1,15 @@
+// Arrays of IEEE f16 to f32 and back (round to nearest even): AVX-512 (vcvtph2ps / vcvtps2ph)
+// where the CPU has it, core/half.h's scalar conversions elsewhere; the same bits either way for
+// every finite value and infinity (NaNs stay NaNs).
+#pragma once
+
+#include <cstdint>
+
+#include "core/half.h"
+
+namespace tensorpar {
+
+void f16_to_f32_n(float* dst, const f16* src, int64_t n);
+void f32_to_f16_n(f16* dst, const float* src, int64_t n);
+
+}  // namespace tensorpar
