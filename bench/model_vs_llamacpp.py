@@ -5,7 +5,9 @@ windows of --ctx tokens from an empty cache, as `tensorpar perplexity`) at each 
 text of a few prompts (each engine tokenizes the prompt itself; the generated text is compared).
 
 Usage: PY=$(tools/venv.sh bench) && "$PY" bench/model_vs_llamacpp.py --model models/gemma-3-270m-q4_k_m.gguf
-         [--bin build/bin/tensorpar] [--tp 1,2,3] [--ctx 1024] [--chars 12000] [--out FILE.json]
+         [--bin build/bin/tensorpar] [--tp 1,2,3] [--ctx 1024] [--chars 12000] [--kv-dtype f16|f32] [--out FILE.json]
+Where a greedy text differs, the llama.cpp token it first differs at is named with llama.cpp's own
+top-1/top-2 logit margin there.
 """
 import argparse
 import json
@@ -32,17 +34,31 @@ def tensorpar_json(cmd):
 
 
 def llama_greedy(llm, prompt, n):
+    """llama.cpp's greedy text, and per generated token the text up to it and its logit margin
+    (top-1 minus top-2): a small margin is a near tie that any rounding difference can flip."""
     ids = llamacpp_ppl.tokenize_text(llm, prompt)
     llm.reset()
     llm.eval(ids)
-    out = []
+    out, steps = [], []
     for _ in range(n):
-        tok = int(np.argmax(llamacpp_ppl.last_logits(llm)))
+        logits = llamacpp_ppl.last_logits(llm)
+        top2 = np.partition(logits, -2)[-2:]
+        tok = int(np.argmax(logits))
         if tok == llm.token_eos():
             break
         out.append(tok)
+        steps.append({"text_through": llm.detokenize(out).decode("utf-8", errors="replace"),
+                      "margin": float(abs(top2[1] - top2[0]))})
         llm.eval([tok])
-    return llm.detokenize(out).decode("utf-8", errors="replace")
+    return llm.detokenize(out).decode("utf-8", errors="replace"), steps
+
+
+def divergence(steps, text):
+    """The first llama.cpp token whose text `text` does not share, with its margin (None: equal)."""
+    for i, s in enumerate(steps):
+        if not text.startswith(s["text_through"]):
+            return {"token": i, "llama_margin": s["margin"]}
+    return None
 
 
 def main():
@@ -55,6 +71,8 @@ def main():
     ap.add_argument("--chars", type=int, default=12000)
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16"],
+                    help="tensorpar's KV cache (f16: as llama.cpp's default cache, which it is compared with)")
     ap.add_argument("--out")
     a = ap.parse_args()
     import llama_cpp
@@ -66,7 +84,12 @@ def main():
     res = {"model": a.model, "llama_cpp_python": llama_cpp.__version__,
            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "weight_repacking": False,
            "ctx": a.ctx, "tokens": len(ids), "scored": scored, "llama_ppl": math.exp(nll / scored),
-           "greedy": {p: {"llama": llama_greedy(llm, p, a.max_tokens)} for p in PROMPTS}, "tp": {}}
+           "kv_dtype": a.kv_dtype, "greedy": {}, "greedy_llama_steps": {}, "greedy_divergence": {}, "tp": {}}
+    for p in PROMPTS:
+        text, steps = llama_greedy(llm, p, a.max_tokens)
+        res["greedy"][p] = {"llama": text}
+        res["greedy_llama_steps"][p] = steps
+        res["greedy_divergence"][p] = {}
     del llm
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(" ".join(map(str, ids)))
@@ -74,12 +97,13 @@ def main():
     for tp in [int(x) for x in a.tp.split(",")]:
         thr = max(1, a.threads // tp)
         ppl = tensorpar_json([a.bin, "perplexity", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
-                              "--ctx", str(a.ctx), "--tokens-file", tok_file, "--json"])
+                              "--ctx", str(a.ctx), "--tokens-file", tok_file, "--kv-dtype", a.kv_dtype, "--json"])
         res["tp"][tp] = {"ppl": ppl["ppl"], "scored": ppl.get("scored")}
         for p in PROMPTS:
             g = tensorpar_json([a.bin, "generate", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
-                                "--prompt", p, "--max-tokens", str(a.max_tokens), "--json"])
+                                "--prompt", p, "--max-tokens", str(a.max_tokens), "--kv-dtype", a.kv_dtype, "--json"])
             res["greedy"][p][f"tp{tp}"] = g["text"]
+            res["greedy_divergence"][p][f"tp{tp}"] = divergence(res["greedy_llama_steps"][p], g["text"])
     os.unlink(tok_file)
     print(f"perplexity over {scored} tokens (windows of {a.ctx}): llama.cpp {res['llama_ppl']:.4f}")
     for tp, r in res["tp"].items():
@@ -88,7 +112,9 @@ def main():
         same = all(v == g["llama"] for k, v in g.items())
         print(f"greedy {'EQUAL' if same else 'DIFFERENT'}: {p!r}")
         for k, v in g.items():
-            print(f"    {k:6} {v!r}")
+            d = res["greedy_divergence"][p].get(k)
+            where = f"  (differs from llama.cpp's token {d['token']}, whose llama.cpp margin is {d['llama_margin']:.3f})" if d else ""
+            print(f"    {k:6} {v!r}{where}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
