@@ -44,7 +44,7 @@ struct TrainCliOptions {
   RunSettings run;
   uint64_t init_seed = 1;
   bool bf16 = false;
-  int dp = 1, pp = 1;
+  int dp = 1, pp = 1, zero = 0;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"
   std::string on_divergence = "stop";
@@ -250,6 +250,7 @@ void run_train(TrainCliOptions& o) {
     req.batch = run.train.batch, req.seq = run.train.seq, req.micro_batch = run.train.micro_batch;
     req.recompute_layers = run.train.compute.recompute_layers;
     req.pipeline_allowed = o.model.empty() && o.common.ep == 1;
+    req.zero = o.zero;
     const TrainSizes sizes = resolve_train_sizes(o.common, config, req);
     o.common.tp = sizes.tp, o.pp = sizes.pp, o.dp = sizes.dp;
     run.train.micro_batch = sizes.micro_batch;
@@ -334,6 +335,7 @@ void run_train(TrainCliOptions& o) {
     if (!o.given.count("seq"))
       effective.train.seq = std::min(run.train.seq, model->config().max_position);
     TrainOptions topt = effective.train;
+    topt.distributed_optimizer = o.zero == 1;
     // Test hook (docs/reliability.md): TENSORPAR_POISON_BATCH=batch:N,kind:nan|spike.
     if (const char* poison = std::getenv("TENSORPAR_POISON_BATCH"); poison && *poison)
       topt.poison = parse_poisoned_batch(poison);
@@ -350,7 +352,8 @@ void run_train(TrainCliOptions& o) {
             resume_state.contains("run") || schedule_note.empty() ? "" : "; ",
             resume_state.contains("run") ? "" : schedule_note.c_str(), topt.out_dir.c_str());
     }
-    const TrainMemoryReport mem = train_memory_report(model->parameters(), tp, experts.dispatch);
+    const TrainMemoryReport mem =
+        train_memory_report(model->parameters(), tp, experts.dispatch, o.zero && o.dp > 1 ? o.dp : 1);
     if (lead) {
       std::fprintf(
           stderr,
@@ -457,6 +460,10 @@ void add_train_command(CLI::App& app) {
                               "layers split over them, micro-batches run in the 1F1B order; auto: "
                               "the planner's"),
               1024);
+  cmd->add_option("--zero", o->zero,
+                  "1: the distributed optimizer (ZeRO-1): AdamW moments sharded over the --dp ranks, "
+                  "gradients reduce-scattered and parameters all-gathered; 0: replicated")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--pp-layers", o->pp_layers,
                   "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "
                   "taking the remainder)")

@@ -16,12 +16,14 @@ namespace tensorpar {
 int64_t parameter_count(const std::vector<ParamShard>& params);
 
 // Bytes this rank holds for training state: every local slice in f32, times 4 when it trains
-// (value, gradient, AdamW exp_avg and exp_avg_sq), times 1 when frozen.
-int64_t training_state_bytes(const std::vector<ParamShard>& params);
+// (value, gradient, AdamW exp_avg and exp_avg_sq), times 1 when frozen; the moments divided
+// over `optimizer_shards` data-parallel ranks under the distributed optimizer.
+int64_t training_state_bytes(const std::vector<ParamShard>& params, int optimizer_shards = 1);
 
 struct TrainMemoryReport {
   int64_t parameters = 0;
   std::vector<int64_t> state_bytes_per_rank;  // element r: TP rank r's training_state_bytes
+  int optimizer_shards = 1;
 
   // "10.02M parameters; params+grads+AdamW per rank: 60.1 / 58.3 MiB"
   std::string summary() const;
@@ -30,6 +32,6 @@ struct TrainMemoryReport {
 // Collective over tp (and ep): every rank gets the whole report. ep: the EP group when experts are
 // spread over data-parallel ranks (ParamShard::expert), whose experts are counted too.
 TrainMemoryReport train_memory_report(const std::vector<ParamShard>& params, Communicator& tp,
-                                      Communicator* ep = nullptr);
+                                      Communicator* ep = nullptr, int optimizer_shards = 1);
 
 }  // namespace tensorpar

@@ -56,6 +56,10 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp,
              ", expected >= 1");
     local[p.expert ? 1 : 0] += s / double(p.copies);
   }
+  return combine_grad_norm(local, tp, pp, ep);
+}
+
+double combine_grad_norm(const double local[2], Communicator& tp, Communicator* pp, Communicator* ep) {
   // Gather the doubles bitwise (no f64 reduction dtype) and add in rank order on every rank.
   std::vector<double> all(size_t(2 * tp.size()));
   tp.all_gather(local, all.data(), int64_t(2 * sizeof(double)), DType::kU8);

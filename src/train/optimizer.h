@@ -33,6 +33,8 @@ class AdamW {
   // Moments by parameter name (created zero-filled for p when absent).
   AdamWState& state(const ParamShard& p);
   bool has_state(const std::string& name) const { return state_.count(name) > 0; }
+  // Drops every moment (DistributedAdamW keeps its own chunk of them).
+  void clear_state() { state_.clear(); }
 
  private:
   AdamWConfig config_;
@@ -52,6 +54,11 @@ float lr_at(int64_t step, float lr, int64_t warmup, int64_t total_steps, float m
 // ep: the EP group when experts are spread over data-parallel ranks (ParamShard::expert).
 double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, Communicator* pp = nullptr,
                         Communicator* ep = nullptr);
+
+// The norm from this rank's sums of squares (local[0]: shards every EP rank holds alike,
+// local[1]: experts), combined over tp (and ep, pp) as global_grad_norm does.
+double combine_grad_norm(const double local[2], Communicator& tp, Communicator* pp = nullptr,
+                         Communicator* ep = nullptr);
 
 // Scales every gradient by max_norm / norm when norm > max_norm; returns the norm before. A
 // non-finite norm is returned as it is, the gradients untouched: the trainer judges the step

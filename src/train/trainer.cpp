@@ -54,12 +54,17 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
            "[Trainer] --on-divergence rollback rolls back to a checkpoint: pass --out DIR");
   model_.set_train_compute(o_.compute);
   if (pipeline_) pipeline_->sync_tied_weights();
+  if (o_.distributed_optimizer && dp_size_ > 1) {
+    TP_CHECK(!ep_, "[Trainer] the distributed optimizer (--zero 1) does not cover expert parallelism (--ep)");
+    dist_ = std::make_unique<DistributedAdamW>(parameters(), *dp_);
+  }
 }
 
 std::vector<ParamShard> Trainer::parameters() { return pipeline_ ? pipeline_->parameters() : model_.parameters(); }
 
 nlohmann::json Trainer::load_state(const std::string& path) {
   nlohmann::json state = load_checkpoint(path, parameters(), &opt_);
+  if (dist_) dist_->import_state(parameters(), opt_);  // this rank's chunk of the moments
   if (state.contains("config") || state.contains("config_interleaved_rope")) {
     // Same tensor names and shapes, but GGUF llama q/k rows only fit interleaved RoPE.
     const ModelConfig saved = stored_model_config(state, path);
@@ -140,10 +145,20 @@ StepLog Trainer::train_step() {
     }
   }
   std::vector<ParamShard> params = parameters();
-  if (dp_size_ > 1) reduce_over_dp(params, loss);
-  if (pipeline_) pipeline_->reduce_tied_grads();
   StepLog log;
-  log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pipeline_ ? &pipeline_->pp() : nullptr, ep_);
+  Communicator* pp = pipeline_ ? &pipeline_->pp() : nullptr;
+  if (dist_) {
+    // The tied embedding's two stage copies summed first, then each DP rank's chunk over DP:
+    // the same sums as below, taken in the other order (both are linear).
+    if (pipeline_) pipeline_->reduce_tied_grads();
+    dist_->reduce_gradients(params);
+    reduce_loss_over_dp(loss);
+    log.grad_norm = dist_->clip(params, model_.tp(), o_.clip, pp);
+  } else {
+    if (dp_size_ > 1) reduce_over_dp(params, loss);
+    if (pipeline_) pipeline_->reduce_tied_grads();
+    log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pp, ep_);
+  }
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
   log.step = step_ + 1;
   log.loss = float(loss / double(n_micro));
@@ -153,7 +168,10 @@ StepLog Trainer::train_step() {
   if (any_rank(reason.has_value())) {
     log.incident = handle_divergence(reason.value_or("diverged on another rank"), batch);
   } else {
-    opt_.step(params, log.lr);
+    if (dist_)
+      dist_->step(params, opt_, log.lr);
+    else
+      opt_.step(params, log.lr);
     monitor_.accept(log.loss);
     ++step_;
     ++totals_.optimizer_steps;
@@ -196,6 +214,10 @@ void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
     if (p.grad && p.grad->numel() > 0 && group.size() > 1)
       group.all_reduce(p.grad->raw(), p.grad->raw(), p.grad->numel(), DType::kF32, ReduceOp::kSum);
   }
+  reduce_loss_over_dp(loss);
+}
+
+void Trainer::reduce_loss_over_dp(double& loss) {
   float l = float(loss);
   dp_->all_reduce(&l, &l, 1, DType::kF32, ReduceOp::kSum);
   loss = l;
@@ -233,6 +255,16 @@ float Trainer::evaluate() {
 
 std::vector<std::string> Trainer::save(const SaveFault& fault) {
   TP_CHECK(!o_.out_dir.empty(), "[Trainer::save] no output directory (--out)");
+  // The distributed optimizer's moments, whole for the save (every DP rank takes part) and
+  // dropped again when the save is done.
+  if (dist_) dist_->export_state(parameters(), opt_);
+  struct DropWholeState {
+    AdamW& opt;
+    bool on;
+    ~DropWholeState() {
+      if (on) opt.clear_state();
+    }
+  } drop{opt_, dist_ != nullptr};
   // Every DP replica holds the same parameters and moments, except that with expert parallelism
   // the first EP group's ranks hold different experts: they all write.
   if (dp_rank_ >= (ep_ ? ep_->size() : 1)) return {};

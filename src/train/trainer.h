@@ -22,6 +22,7 @@
 #include "train/data.h"
 #include "train/divergence.h"
 #include "train/optimizer.h"
+#include "train/distributed_optimizer.h"
 #include "train/pipeline.h"
 
 namespace tensorpar {
@@ -47,6 +48,9 @@ struct TrainOptions {
   DivergencePolicy divergence;  // stop (default) or roll back on a diverged step (divergence.h)
   std::vector<int64_t> skip_batches;  // batch numbers (from 1) this run never trains on
   PoisonedBatch poison;               // test-only: a batch made to diverge
+  // ZeRO-1: AdamW moments sharded over the data-parallel group (distributed_optimizer.h); no
+  // effect at dp 1. Numerically the replicated optimizer's step up to summation order.
+  bool distributed_optimizer = false;
 };
 
 // A diverged step (divergence.h): the optimizer did not take it.
@@ -118,6 +122,7 @@ class Trainer {
  private:
   // Sums every gradient (and `loss`) over the DP group.
   void reduce_over_dp(std::vector<ParamShard>& params, double& loss);
+  void reduce_loss_over_dp(double& loss);
   // The parameters the optimizer steps (a pipeline's include a tied head's copy).
   std::vector<ParamShard> parameters();
   // Parameters, moments, step and the divergence state from a checkpoint; returns its state.
@@ -137,6 +142,7 @@ class Trainer {
   Communicator *ep_, *edp_;
   int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
+  std::unique_ptr<DistributedAdamW> dist_;  // ZeRO-1 (dp > 1 with distributed_optimizer)
   int64_t step_ = 0;
   DivergenceMonitor monitor_;
   std::vector<int64_t> skipped_;  // sorted

@@ -56,6 +56,13 @@ TEST(MemoryAccounting, ParameterCountAndStateBytesMatchTheArchitecture) {
     measure(c, 1, bytes, count);
     EXPECT_EQ(count, n.total);
     EXPECT_EQ(bytes, n.total * per_element);
+    // The distributed optimizer over 3 DP ranks: value and gradient whole, moments a third
+    // (rounded up).
+    run_model_ranks(1, [&](Communicator& comm) {
+      auto model = init_model(c, comm, 1);
+      EXPECT_EQ(training_state_bytes(model->parameters(), 3),
+                2 * n.total * int64_t(sizeof(float)) + (2 * n.total * int64_t(sizeof(float)) + 2) / 3);
+    });
     // tp 2: every rank holds the norms whole, everything else is split.
     measure(c, 2, bytes, count);
     EXPECT_EQ(count, n.total);

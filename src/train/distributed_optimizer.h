@@ -1,0 +1,80 @@
+// The distributed optimizer (ZeRO stage 1, Megatron's --use-distributed-optimizer): the AdamW
+// moments are sharded over the data-parallel group instead of replicated. Every trainable
+// parameter of this rank (its TP/PP shard) is laid end to end in one flat f32 space, cut into
+// dp equal chunks (the last padded); DP rank r owns chunk r. A step:
+//   1. reduce_scatter of the flat gradient over DP: each rank gets the sum of its chunk only
+//      (written back into its parameters' gradients there; the rest of them stay local);
+//   2. the global gradient norm from each rank's chunk (sums of squares gathered over DP in rank
+//      order, then over TP and PP as global_grad_norm does) and clipping of the chunk;
+//   3. AdamW on the chunk (moments exist for the chunk only: 1/dp of the replicated state);
+//   4. all_gather of the updated chunks: every rank holds the whole updated parameters again.
+// The collectives run in buckets of kBucket elements per rank through two small staging buffers,
+// so the only memory beyond the model's own is the chunk's two moments. Checkpoints are unchanged: before a save the moments are gathered into whole per-parameter
+// tensors (AdamW's state) and dropped again after; a load keeps only this rank's chunk. So a run
+// saved with it resumes without it, at any shape, and the other way round.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/causal_lm.h"
+#include "train/optimizer.h"
+
+namespace tensorpar {
+
+class DistributedAdamW {
+ public:
+  static constexpr int64_t kBucket = int64_t(1) << 18;  // elements per rank per collective (1 MiB)
+
+  // `params`: this rank's trainable shards, the same names and shapes on every DP rank (expert
+  // shards are refused: their gradients sum over another group). Collective over dp.
+  // `bucket`: elements per rank per collective (tests use a few to cross bucket edges).
+  DistributedAdamW(const std::vector<ParamShard>& params, Communicator& dp, int64_t bucket = kBucket);
+
+  // Step 1: the chunk's summed gradient, in place in the parameters' gradients. Collective over dp.
+  void reduce_gradients(const std::vector<ParamShard>& params);
+  // Step 2: the global norm before clipping; scales the chunk when above max_norm (> 0).
+  // Collective over dp, tp and pp.
+  double clip(const std::vector<ParamShard>& params, Communicator& tp, double max_norm, Communicator* pp);
+  // Steps 3 and 4 at learning rate lr; opt counts the step and holds the hyperparameters.
+  void step(const std::vector<ParamShard>& params, AdamW& opt, float lr);
+
+  // Gathers the moments into opt's whole per-parameter state (before a save). Collective over dp.
+  void export_state(const std::vector<ParamShard>& params, AdamW& opt);
+  // Keeps this rank's chunk of opt's per-parameter state (after a load) and clears it from opt.
+  void import_state(const std::vector<ParamShard>& params, AdamW& opt);
+
+  int64_t chunk() const { return chunk_; }
+  int64_t total() const { return total_; }
+  // Bytes of optimizer state this rank holds (the two moments of its chunk).
+  int64_t state_bytes() const { return 2 * chunk_ * int64_t(sizeof(float)); }
+
+ private:
+  struct Slot {
+    int64_t offset = 0, numel = 0;  // in the flat space
+    int copies = 1;                 // ParamShard::copies: weight 1/copies in the norm
+  };
+  // Calls fn(param index, first element in the param, offset from lo, count) for every
+  // parameter piece inside the flat range [lo, hi).
+  template <typename F>
+  void for_range(const std::vector<ParamShard>& params, int64_t lo, int64_t hi, F&& fn) const;
+  // The same over this rank's chunk (offsets from its start).
+  template <typename F>
+  void for_chunk(const std::vector<ParamShard>& params, F&& fn) const {
+    for_range(params, begin_, begin_ + chunk_, fn);
+  }
+  // Copies flat [lo, lo + n) of the gradients (gradient = true) or values into dst (zeros past
+  // the end), or back from src.
+  void gather_flat(const std::vector<ParamShard>& params, bool gradient, int64_t lo, int64_t n, float* dst) const;
+  void scatter_flat(const std::vector<ParamShard>& params, bool gradient, int64_t lo, int64_t n, const float* src) const;
+
+  Communicator& dp_;
+  std::vector<Slot> slots_;
+  int64_t total_ = 0, chunk_ = 0, begin_ = 0;  // this rank's chunk: [begin_, begin_ + chunk_)
+  int64_t bucket_ = kBucket;
+  std::vector<float> send_, recv_;              // staging: one bucket per rank
+  std::vector<float> m_, v_;                    // this rank's chunk of the moments
+};
+
+}  // namespace tensorpar
