@@ -93,13 +93,14 @@ TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
     prompts.push_back(tok.encode(text));
   }
   constexpr int64_t kNew = 10;
-  for (int tp : {1, 2}) {
-    SCOPED_TRACE("tp " + std::to_string(tp));
+  for (auto [tp, kv] : {std::pair{1, DType::kF32}, std::pair{2, DType::kF32}, std::pair{2, DType::kF16}}) {
+    SCOPED_TRACE("tp " + std::to_string(tp) + " kv " + std::string(dtype_name(kv)));
     std::vector<Collected> got(prompts.size());
     std::vector<std::vector<int32_t>> want(prompts.size());
     int64_t preemptions = 0;
     testing::run_model_ranks(tp, [&](Communicator& world) {
       auto m = load_model(model_path(), world);
+      m->set_kv_dtype(kv);  // the cache of the solo runs and of the engine alike
       const bool leader = world.rank() == 0;
       // Alone, one after another, through the one-sequence generation loop.
       generate_alone(*m, prompts, kNew, leader ? &tok : nullptr, want);
@@ -138,6 +139,25 @@ TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
     }
     EXPECT_GT(preemptions, 0) << "the pool was meant to be too small for all sixteen";
   }
+}
+
+// --kv-dtype f16: the same --kv-cache-mb holds twice the blocks.
+TEST(Engine, F16CacheHoldsTwiceTheBlocks) {
+  if (!std::filesystem::exists(model_path())) GTEST_SKIP() << "no " << model_path() << " (run tools/fetch_model.sh)";
+  const Tokenizer tok = load_tokenizer(model_path());
+  int64_t blocks[2] = {0, 0};
+  testing::run_model_ranks(1, [&](Communicator& world) {
+    auto m = load_model(model_path(), world);
+    EngineOptions o;
+    o.kv_cache_mb = 64, o.ctx = 256;
+    for (int i = 0; i < 2; ++i) {
+      m->set_kv_dtype(i == 0 ? DType::kF32 : DType::kF16);
+      Engine e(*m, &tok, o);
+      blocks[i] = e.metrics().kv_blocks_total;
+    }
+  });
+  EXPECT_GT(blocks[0], 0);
+  EXPECT_EQ(blocks[1], 2 * blocks[0]);
 }
 
 TEST(Engine, StopStringsCancellationAndBadRequests) {
