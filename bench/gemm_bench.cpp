@@ -40,7 +40,7 @@ struct GemmBenchOptions {
   bool inference = false;
   bool quant = false;
   int threads = 0;
-  std::vector<int64_t> rows;  // --quant: the row counts M (default 1, 4, 16, 64, 256)
+  std::vector<int64_t> rows;  // the row counts M (default: 1, 16, 512; --quant 1, 4, 16, 64, 256)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -439,7 +439,7 @@ void run_gemm_bench(const GemmBenchOptions& opt) {
   // TP shard shapes: a 576/1536 model (SmolLM-135M: C=576, F=1536) and a 4096-wide one, whole
   // and at TP=2 (halves) and TP=3 (thirds).
   std::vector<NK> shapes = {{1536, 576}, {576, 1536}, {768, 576}, {2048, 4096}, {4096, 2048}, {1365, 4096}};
-  std::vector<int64_t> ms = {1, 16, 512};
+  std::vector<int64_t> ms = opt.rows.empty() ? std::vector<int64_t>{1, 16, 512} : opt.rows;
   if (opt.quick) shapes = {{1536, 576}, {576, 1536}}, ms = {1, 16};
   const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kQ8_0, DType::kQ4_1};
   uint64_t seed = 100;
@@ -472,7 +472,8 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_flag("--quant", opt->quant,
                 "The batch-invariant inference kernels for GGUF block-quantized weights instead: row-wise AVX-512 "
                 "(f32 activations) and int8 (VNNI)");
-  cmd->add_option("--rows", opt->rows, "With --quant: the row counts M to run (default 1,4,16,64,256)")
+  cmd->add_option("--rows", opt->rows,
+                  "The row counts M to run (default 1,16,512; with --quant 1,4,16,64,256; not --inference)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->callback([opt] {

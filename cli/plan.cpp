@@ -95,6 +95,15 @@ void run_calibrate(const PlanOptions& o) {
                                     8.0 * 1024 * 1024 * 1024);
   c.reserved_bytes = process_base / devices;
   c.weight_stream_Bps = parse_quant_stream_bench(quant);
+  if (devices > 1) {
+    // The ranks share this machine's memory bus: the same one-row streams with one thread per
+    // rank give what all of them get together.
+    const std::string threads = std::to_string(devices);
+    std::fprintf(stderr, "[plan] measuring: bench gemm --rows 1 --threads %d (all ranks streaming)\n", devices);
+    c.node_memory_Bps = fastest_weight_stream(parse_gemm_bench(run_self("bench gemm --json --rows 1 --threads " + threads), "f32"));
+    c.node_weight_stream_Bps =
+        parse_quant_stream_bench(run_self("bench gemm --quant --json --rows 1 --threads " + threads));
+  }
   std::ofstream f(o.calibrate_out);
   TP_CHECK(f.good(), "[plan --calibrate] cannot write ", o.calibrate_out);
   f << cluster_to_json(c).dump(2) << "\n";

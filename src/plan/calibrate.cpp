@@ -63,6 +63,13 @@ std::map<std::string, double> parse_quant_stream_bench(const std::string& text) 
   return out;
 }
 
+double fastest_weight_stream(const std::vector<GemmSample>& gemm) {
+  double best = 0;
+  for (const auto& g : gemm)
+    if (g.streaming && g.flops > 0) best = std::max(best, g.weight_bytes * g.flops_per_s / g.flops);
+  return best;
+}
+
 ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
                               const std::vector<CommSample>& comm, double memory_Bps, int devices,
                               double memory_bytes) {
@@ -75,11 +82,7 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   c.devices_per_node = devices;
   c.memory_bytes = memory_bytes;
   c.reserved_bytes = 0;  // the caller measures the process's fixed memory (plan --calibrate)
-  c.memory_Bps = memory_Bps / devices;  // ranks share the memory bus
-  for (const auto& g : gemm) {
-    if (g.streaming && g.flops > 0)
-      c.memory_Bps = std::max(c.memory_Bps, g.weight_bytes * g.flops_per_s / g.flops);
-  }
+  c.memory_Bps = std::max(memory_Bps / devices, fastest_weight_stream(gemm));  // the memcpy: a fallback
   c.eff = {1.0, 1e7, 1.0, 1.0, false, true};
   for (const auto& g : gemm) c.peak_flops = std::max(c.peak_flops, g.flops_per_s);
   // The efficiency curve describes compute-bound GEMMs (training's, prefill's): samples whose

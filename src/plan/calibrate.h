@@ -30,6 +30,8 @@ std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory
 // `bench gemm --quant --json` rows at one row (M = 1, decode): per type ("q4_1", ...), the
 // median over the shapes of the weight stream of the kernel inference uses by default.
 std::map<std::string, double> parse_quant_stream_bench(const std::string& text);
+// The fastest weight stream (bytes/s) of the one-row GEMMs among `gemm` (0 when none).
+double fastest_weight_stream(const std::vector<GemmSample>& gemm);
 
 // Peak = the fastest GEMM; gemm_half_flops fitted (least squares in log time) to the
 // compute-bound samples (FLOPs per weight byte at least peak / bandwidth; all when fewer than two);

@@ -70,6 +70,26 @@ LinkSpec link_from_json(const nlohmann::json& j, const std::string& where) {
   return l;
 }
 
+// {"FORMAT": GB/s, ...} under `key` of the device object (absent: empty).
+std::map<std::string, double> stream_rates(const nlohmann::json& d, const char* key, const std::string& where) {
+  std::map<std::string, double> out;
+  if (!d.contains(key)) return out;
+  const auto& ws = d.at(key);
+  TP_CHECK(ws.is_object(), "[", where, "] device: \"", key, "\" must be an object {\"FORMAT\": GB/s, ...}");
+  for (const auto& [format, v] : ws.items()) {
+    TP_CHECK(v.is_number() && v.get<double>() > 0, "[", where, "] device: ", key, ".", format,
+             " must be a positive number");
+    out[format] = v.get<double>() * 1e9;
+  }
+  return out;
+}
+
+nlohmann::json rates_to_json(const std::map<std::string, double>& rates) {
+  nlohmann::json ws = nlohmann::json::object();
+  for (const auto& [format, bps] : rates) ws[format] = bps * 1e-9;
+  return ws;
+}
+
 nlohmann::json link_to_json(const LinkSpec& l) {
   return {{"bandwidth_gbps", l.bandwidth_Bps * 1e-9},
           {"latency_us", l.latency_s * 1e6},
@@ -103,16 +123,10 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
   c.reserved_bytes = d.value("reserved_gib", 0.0) * kGiB;
   c.peak_flops = num(d, "tflops", where + ": device") * 1e12;
   c.memory_Bps = num(d, "memory_bandwidth_gbps", where + ": device") * 1e9;
-  if (d.contains("weight_stream_gbps")) {
-    const auto& ws = d.at("weight_stream_gbps");
-    TP_CHECK(ws.is_object(), "[", where, "] device: \"weight_stream_gbps\" must be an object "
-             "{\"FORMAT\": GB/s, ...}");
-    for (const auto& [format, v] : ws.items()) {
-      TP_CHECK(v.is_number() && v.get<double>() > 0, "[", where, "] device: weight_stream_gbps.",
-               format, " must be a positive number");
-      c.weight_stream_Bps[format] = v.get<double>() * 1e9;
-    }
-  }
+  c.weight_stream_Bps = stream_rates(d, "weight_stream_gbps", where);
+  c.node_memory_Bps = d.value("node_memory_bandwidth_gbps", 0.0) * 1e9;
+  TP_CHECK(c.node_memory_Bps >= 0, "[", where, "] device: node_memory_bandwidth_gbps must be >= 0");
+  c.node_weight_stream_Bps = stream_rates(d, "node_weight_stream_gbps", where);
   TP_CHECK(j.contains("intra_node") && j.contains("inter_node"), "[", where,
            "] missing \"intra_node\" or \"inter_node\"");
   c.intra = link_from_json(j.at("intra_node"), where + ": intra_node");
@@ -148,11 +162,10 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"link", c.eff.link},
             {"dp_overlap", c.eff.dp_overlap},
             {"fused_attention", c.eff.fused_attention}}}};
-  if (!c.weight_stream_Bps.empty()) {
-    nlohmann::json ws = nlohmann::json::object();
-    for (const auto& [format, bps] : c.weight_stream_Bps) ws[format] = bps * 1e-9;
-    j["device"]["weight_stream_gbps"] = ws;
-  }
+  if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);
+  if (c.node_memory_Bps > 0) j["device"]["node_memory_bandwidth_gbps"] = c.node_memory_Bps * 1e-9;
+  if (!c.node_weight_stream_Bps.empty())
+    j["device"]["node_weight_stream_gbps"] = rates_to_json(c.node_weight_stream_Bps);
   return j;
 }
 

@@ -40,6 +40,12 @@ struct ClusterSpec {
   // ...), where it differs from memory_Bps x eff.memory: a CPU dequantizes blocks on the way in
   // (plan --calibrate fills it). Formats not listed stream at memory_Bps x eff.memory.
   std::map<std::string, double> weight_stream_Bps;
+  // A node whose devices share one memory bus (the cores of a CPU): the bandwidth of all its
+  // devices streaming at once, overall and per weight format (plan --calibrate measures both
+  // with one thread per rank). Each device then streams at most 1/devices_per_node of it.
+  // 0 / empty: every device has memory of its own (GPUs).
+  double node_memory_Bps = 0;
+  std::map<std::string, double> node_weight_stream_Bps;
   LinkSpec intra;             // inside a node (NVLink; shared memory on a CPU)
   LinkSpec inter;             // between nodes (InfiniBand), per device
   EfficiencySpec eff;

@@ -1,6 +1,8 @@
 // GEMM efficiency rises with size and saturates (a rational curve with two fitted constants).
 #include "plan/device_cost.h"
 
+#include <algorithm>
+
 namespace tensorpar::plan {
 
 double gemm_efficiency(const EfficiencySpec& e, double flops) {
@@ -13,14 +15,25 @@ double gemm_time(const ClusterSpec& c, double flops, double count) {
   return count * flops / (c.peak_flops * gemm_efficiency(c.eff, flops));
 }
 
+namespace {
+
+// A device's share of a shared memory bus (all devices of the node streaming at once), or its own
+// rate when the node's is not given.
+double shared(const ClusterSpec& c, double own, double node) {
+  return node > 0 ? std::min(own, node / std::max(1, c.devices_per_node)) : own;
+}
+
+}  // namespace
+
 double memory_time(const ClusterSpec& c, double bytes) {
-  return bytes <= 0 ? 0 : bytes / (c.memory_Bps * c.eff.memory);
+  return bytes <= 0 ? 0 : bytes / shared(c, c.memory_Bps * c.eff.memory, c.node_memory_Bps);
 }
 
 double weight_stream_time(const ClusterSpec& c, double bytes, const std::string& format) {
   const auto it = c.weight_stream_Bps.find(format);
   if (it == c.weight_stream_Bps.end() || bytes <= 0) return memory_time(c, bytes);
-  return bytes / it->second;
+  const auto node = c.node_weight_stream_Bps.find(format);
+  return bytes / shared(c, it->second, node == c.node_weight_stream_Bps.end() ? 0 : node->second);
 }
 
 }  // namespace tensorpar::plan

@@ -1,5 +1,6 @@
 // Time of work on one device: a GEMM at the efficiency its size reaches, memory-bound work at
-// the calibrated fraction of memory bandwidth.
+// the calibrated fraction of memory bandwidth (at most its share of the node's, where the devices
+// of a node share one memory bus: ClusterSpec::node_memory_Bps).
 #pragma once
 
 #include <string>

@@ -170,8 +170,20 @@ TEST(Calibrate, QuantizedWeightStreamsArePerTypeMediansAtOneRow) {
   c.weight_stream_Bps = rates;
   EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "q4_1"), 0.1);
   EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "bf16"), memory_time(c, 1e9));
+  // A shared memory bus: two devices streaming at once get 1.5x one device's bandwidth between
+  // them, so each streams at 0.75x; a format's node rate caps its own rate the same way.
+  ASSERT_EQ(c.devices_per_node, 2);
+  const double own = memory_time(c, 1e9);
+  c.node_memory_Bps = 1.5 * c.memory_Bps * c.eff.memory;
+  EXPECT_NEAR(memory_time(c, 1e9), own / 0.75, 1e-12);
+  c.node_weight_stream_Bps["q4_1"] = 16e9;  // 8 GB/s each: below its own 10
+  EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "q4_1"), 1e9 / 8e9);
+  c.node_weight_stream_Bps["q8_0"] = 40e9;  // 20 each: its own 13 is the bound
+  EXPECT_DOUBLE_EQ(weight_stream_time(c, 1e9, "q8_0"), 1e9 / 13e9);
   const ClusterSpec back = cluster_from_json(cluster_to_json(c), "round trip");
   EXPECT_EQ(back.weight_stream_Bps, c.weight_stream_Bps);
+  EXPECT_EQ(back.node_weight_stream_Bps, c.node_weight_stream_Bps);
+  EXPECT_NEAR(back.node_memory_Bps, c.node_memory_Bps, 1);
   nlohmann::json bad = cluster_to_json(c);
   bad["device"]["weight_stream_gbps"]["q4_0"] = -1;
   EXPECT_THROW(cluster_from_json(bad, "bad.json"), std::exception);

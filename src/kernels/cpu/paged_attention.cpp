@@ -218,13 +218,18 @@ struct ScoreRows {
   std::vector<float> buf;
 };
 
-// The keys and values one work item of an f16 pool reads, widened: keys [from, pos] of kv head
-// g as one transposed block (HS, n16) and values as rows (n16, HS), so the f32 arithmetic runs
-// on them unchanged (as a one-block sequence at position pos - from).
+// The keys and values a work item of an f16 pool reads, widened: keys [from, pos] of kv head g
+// as one transposed block (HS, stride) and values as rows (stride, HS), so the f32 arithmetic
+// runs on them unchanged (as a one-block sequence at position pos - from). A thread's next item
+// of the same sequence, kv head and `from` (the next row of a prompt) widens only the keys
+// after the last one it holds.
 struct WidenedKv {
   WidenedKv(int64_t max_keys, int64_t HS, int64_t G)
-      : k(size_t((max_keys + 16) * HS)), v(k.size()), q(size_t(G * HS)) {}
+      : stride((max_keys + kLanes) / kLanes * kLanes), k(size_t(stride * HS)), v(k.size()), q(size_t(G * HS)) {}
+  int64_t stride;
   std::vector<float> k, v, q;
+  int64_t seq = -1, g = -1, from = -1, to = -1;  // what k and v hold: keys [from, to] (values from
+  int64_t values_from = -1;                      // values_from) of sequence seq's kv head g
 };
 
 }  // namespace
@@ -259,27 +264,34 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
     ScoreRows scores(w.max_keys);
     WidenedKv kv(w.max_keys, HS, G);
     const int32_t block0 = 0;
+    // Items kv head major (the f32 kernel's are row major; the order decides only which thread
+    // runs an item), so a thread's consecutive items are consecutive rows of one head.
+    const int64_t n_rows = int64_t(w.rows.size());
 #pragma omp for schedule(dynamic, 4)
     for (int64_t it = 0; it < items; ++it) {
-      const auto [si, t] = w.rows[size_t(it / d.NKV)];
+      const auto [si, t] = w.rows[size_t(it % n_rows)];
       const PagedSeq& s = seqs[size_t(si)];
-      const int64_t r = s.row_begin + t, pos = s.pos0 + t, g = it % d.NKV;
+      const int64_t r = s.row_begin + t, pos = s.pos0 + t, g = it / n_rows;
       // The keys the f32 kernel would score (from a lane boundary at or before the window's
       // first key) and the values it would sum.
       const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
-      const int64_t from = first / kLanes * kLanes, n = pos + 1 - from, n16 = (n + kLanes - 1) / kLanes * kLanes;
-      for (int64_t j = from; j <= pos;) {
+      const int64_t from = first / kLanes * kLanes;
+      const bool reuse = kv.seq == si && kv.g == g && kv.from == from && kv.to < pos && kv.values_from <= first;
+      const int64_t start = reuse ? kv.to + 1 : from;
+      for (int64_t j = start; j <= pos;) {
         const int64_t blk = s.blocks[j / bs], off = j % bs, run = std::min(bs - off, pos + 1 - j);
         for (int64_t i = 0; i < HS; ++i)
-          f16_to_f32_n(kv.k.data() + i * n16 + (j - from), k_pool + ((blk * d.NKV + g) * HS + i) * bs + off, run);
+          f16_to_f32_n(kv.k.data() + i * kv.stride + (j - from), k_pool + ((blk * d.NKV + g) * HS + i) * bs + off,
+                       run);
         for (int64_t jj = std::max(j, first); jj < j + run; ++jj)
           f16_to_f32_n(kv.v.data() + (jj - from) * HS, v_pool + (blk * bs + off + (jj - j)) * kv_stride + g * HS, HS);
         j += run;
       }
+      kv.seq = si, kv.g = g, kv.from = from, kv.to = pos, kv.values_from = reuse ? kv.values_from : first;
       const float* qr = q + r * row_stride + g * G * HS;
       for (int64_t i = 0; i < G * HS; ++i) kv.q[size_t(i)] = f16_to_f32(f32_to_f16(qr[i]));
       PagedAttentionDims one = d;
-      one.NH = G, one.NKV = 1, one.block_size = n16;
+      one.NH = G, one.NKV = 1, one.block_size = kv.stride;
       const PagedSeq widened{0, 1, pos - from, &block0, 1};
       row_group(out + r * row_stride + g * G * HS, kv.q.data(), kv.k.data(), kv.v.data(), widened, pos - from, 0,
                 one, scores.data(), scores.stride);
