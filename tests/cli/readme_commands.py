@@ -566,7 +566,8 @@ class ReadmeCommands(unittest.TestCase):
             log = [json.loads(l) for l in (self.work / re.search(r"> (\S+)$", r.script).group(1)).read_text().splitlines()]
             steps = int(re.search(r"--steps (\d+)", r.script).group(1))
             every = int(re.search(r"--eval-every (\d+)", r.script).group(1))
-            save = int(re.search(r"--save-every (\d+)", r.script).group(1))
+            save_every = re.search(r"--save-every (\d+)", r.script)
+            save = int(save_every.group(1)) if save_every else steps  # without it: at the last step
             out = re.search(r"--out (\S+)", r.script).group(1)
             self.assertEqual([o["step"] for o in log], list(range(1, steps + 1)))
             for o in log:
