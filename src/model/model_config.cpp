@@ -170,7 +170,8 @@ MoeConfig moe_from_hf_json(const json& j, const ModelConfig& c, const std::strin
   const int64_t step = mixtral ? 1 : int_or(j, "decoder_sparse_step", 1);
   TP_CHECK(step >= 1, "[ModelConfig] ", where, ": decoder_sparse_step ", step, ", expected >= 1");
   std::vector<bool> dense(size_t(c.n_layers), false);
-  if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+  // Mixtral has no dense layers: transformers' MixtralConfig has no mlp_only_layers and ignores one.
+  if (!mixtral && j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
     for (const json& v : j["mlp_only_layers"]) {
       TP_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < c.n_layers, "[ModelConfig] ",
                where, ": mlp_only_layers entry ", v.dump(), " is not a layer index of [0, ", c.n_layers, ")");

@@ -184,6 +184,24 @@ TEST(ModelConfig, NonFiniteOrOutOfRangeNumbersAreRefused) {
 
 // Found by fuzzing: shard_plan computed a rank's bytes as nbytes * elements / numel, which
 // overflows int64 for an f32 embedding of 128256 x 16384 (8.4e9 bytes x 2.1e9 elements).
+// Found by fuzz_hf_config: a Mixtral config carrying Qwen2-MoE's mlp_only_layers read that layer
+// as dense, so its export (Mixtral has no such key) read back as another model. Transformers'
+// MixtralConfig ignores the key: every Mixtral layer is sparse; Qwen2-MoE keeps honouring it.
+TEST(ModelConfig, MixtralIgnoresMlpOnlyLayers) {
+  json j = fixture_config("mixtral_tiny");
+  j["mlp_only_layers"] = json::array({1});
+  j["decoder_sparse_step"] = 3;
+  const ModelConfig m = ModelConfig::from_hf_text(j.dump(), "config.json");
+  EXPECT_EQ(m.moe.layer_moe, std::vector<bool>(size_t(m.n_layers), true));
+  json q = fixture_config("qwen2_moe_tiny");
+  q["mlp_only_layers"] = json::array({1});
+  q["decoder_sparse_step"] = 1;
+  const ModelConfig qm = ModelConfig::from_hf_text(q.dump(), "config.json");
+  ASSERT_GT(qm.n_layers, 1);
+  EXPECT_FALSE(qm.moe.layer_moe[1]);
+  EXPECT_TRUE(qm.moe.layer_moe[0]);
+}
+
 TEST(ShardPlan, ByteCountsOfLargeTensorsDoNotOverflow) {
   json j = fixture_config("llama_gqa");
   j["vocab_size"] = 128256;
