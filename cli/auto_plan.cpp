@@ -195,14 +195,16 @@ TrainSizes resolve_train_sizes(const CommonOptions& common, const ModelConfig& c
   pin.tp = req.tp, pin.pp = req.pipeline_allowed ? req.pp : 1, pin.dp = req.dp;
   pin.ep = req.ep;
   pin.micro_batch = int(req.micro_batch);
-  pin.interleave = 1, pin.sp = 0;  // what tensorpar train runs
+  pin.interleave = 1;  // what tensorpar train runs
+  pin.sp = -1;         // priced at tp > 1 only: filtered below
   pin.zero = -1;                   // priced at dp > 1 only: filtered below
   pin.recompute = req.recompute_layers == 0 ? "none" : "full";
   long considered = 0;
   std::vector<TrainEstimate> plans = search_train(m, c, w, pin, &considered);
   // Plans tensorpar can run: every rank needs an attention head.
   std::erase_if(plans, [&](const TrainEstimate& e) {
-    return e.plan.tp > config.n_heads || e.plan.zero != (e.plan.dp > 1 ? req.zero : 0);
+    return e.plan.tp > config.n_heads || e.plan.zero != (e.plan.dp > 1 ? req.zero : 0) ||
+           e.plan.sp != (e.plan.tp > 1 && req.sequence_parallel);
   });
   TP_CHECK(!plans.empty(), "[train] --tp/--pp/--dp auto: no plan of ",
            world_note(world, source), " runs --batch ", req.batch,

@@ -49,6 +49,7 @@ struct TrainSizeRequest {
   int64_t recompute_layers = 0;  // 0: none; >= layers: full (pinned, not chosen)
   bool pipeline_allowed = true;  // false: fine-tuning --model or --ep > 1 keep pp at 1
   int zero = 0;                  // --zero: the distributed optimizer (priced when dp > 1)
+  bool sequence_parallel = false;  // --sequence-parallel (priced as given)
 };
 struct TrainSizes {
   int tp = 1, pp = 1, dp = 1;

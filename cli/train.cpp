@@ -45,6 +45,7 @@ struct TrainCliOptions {
   uint64_t init_seed = 1;
   bool bf16 = false;
   int dp = 1, pp = 1, zero = 0;
+  bool sequence_parallel = false;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"
   std::string on_divergence = "stop";
@@ -146,6 +147,7 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
     nlohmann::json j = {{"step", l.step},      {"loss", l.loss}, {"tokens_per_s", l.tokens_per_s},
                         {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
     if (l.val_loss) j["val_loss"] = *l.val_loss;
+    j["activation_bytes"] = l.activation_bytes;
     if (!l.expert_load.empty()) j["expert_load"] = l.expert_load;
     if (!saved.empty()) j["checkpoint"] = saved;
     if (!l.removed_checkpoints.empty()) j["removed_checkpoints"] = l.removed_checkpoints;
@@ -251,6 +253,7 @@ void run_train(TrainCliOptions& o) {
     req.recompute_layers = run.train.compute.recompute_layers;
     req.pipeline_allowed = o.model.empty() && o.common.ep == 1;
     req.zero = o.zero;
+    req.sequence_parallel = o.sequence_parallel;
     const TrainSizes sizes = resolve_train_sizes(o.common, config, req);
     o.common.tp = sizes.tp, o.pp = sizes.pp, o.dp = sizes.dp;
     run.train.micro_batch = sizes.micro_batch;
@@ -336,6 +339,7 @@ void run_train(TrainCliOptions& o) {
       effective.train.seq = std::min(run.train.seq, model->config().max_position);
     TrainOptions topt = effective.train;
     topt.distributed_optimizer = o.zero == 1;
+    topt.compute.sequence_parallel = o.sequence_parallel;
     // Test hook (docs/reliability.md): TENSORPAR_POISON_BATCH=batch:N,kind:nan|spike.
     if (const char* poison = std::getenv("TENSORPAR_POISON_BATCH"); poison && *poison)
       topt.poison = parse_poisoned_batch(poison);
@@ -357,10 +361,10 @@ void run_train(TrainCliOptions& o) {
     if (lead) {
       std::fprintf(
           stderr,
-          "[train] %s, %s, tp %d, pp %d, dp %d, ep %d (world %s); matmuls %s; recomputed layers %lld; "
+          "[train] %s, %s, tp %d%s, pp %d, dp %d, ep %d (world %s); matmuls %s; recomputed layers %lld; "
           "from step %lld\n",
-          model->config().summary().c_str(), mem.summary().c_str(), tp.size(), o.pp, o.dp, o.common.ep,
-          world.name().c_str(),
+          model->config().summary().c_str(), mem.summary().c_str(), tp.size(),
+          o.sequence_parallel ? " (sequence parallel)" : "", o.pp, o.dp, o.common.ep, world.name().c_str(),
           topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
           (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
           (long long)trainer.step());
@@ -460,6 +464,10 @@ void add_train_command(CLI::App& app) {
                               "layers split over them, micro-batches run in the 1F1B order; auto: "
                               "the planner's"),
               1024);
+  cmd->add_flag("--sequence-parallel", o->sequence_parallel,
+                "Sequence parallelism over the --tp ranks (Megatron-SP): norms and residual adds on each "
+                "rank's share of the tokens, all-gather / reduce-scatter instead of all-reduce; less "
+                "activation memory per rank, the same training (dense models)");
   cmd->add_option("--zero", o->zero,
                   "1: the distributed optimizer (ZeRO-1): AdamW moments sharded over the --dp ranks, "
                   "gradients reduce-scattered and parameters all-gathered; 0: replicated")

@@ -108,6 +108,11 @@ struct TrainCompute {
   // of a forward's routed slots (first choices first), the rest dropped; 0: dropless, as at
   // inference (which ignores it).
   double moe_capacity_factor = 0;
+  // Sequence parallelism (Megatron-SP) over the TP group: norms and residual adds on this rank's
+  // rows of the B*T only, all-gather before and reduce-scatter after each TP region instead of
+  // the all-reduce (see SequenceParallelScratch). Same losses and gradients up to the order of
+  // a few sums; less activation memory per rank. Dense layers only.
+  bool sequence_parallel = false;
 };
 
 class CausalLM {
@@ -144,6 +149,9 @@ class CausalLM {
   // Mean loss without gradients (evaluation).
   virtual float forward_loss(const Tensor& tokens, const Tensor& targets) = 0;
   virtual void set_train_compute(const TrainCompute& compute) = 0;
+  // Bytes of this rank's training activations: what forward keeps for backward and the step's
+  // scratch, over every micro-batch held. The buffers only grow, so after a step it is the peak.
+  virtual int64_t activation_bytes() const = 0;
   // Inference with block-quantized weights: activations rounded to 8 bits for the integer
   // kernel where the CPU has it (true, the default: llama.cpp's numerics, faster), or kept f32.
   // A model without such weights ignores it.

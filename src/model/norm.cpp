@@ -1,6 +1,8 @@
 // Norm (see norm.h).
 #include "model/norm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "kernels/cpu/layernorm.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -43,6 +45,45 @@ void Norm::backward(float* d_in, const float* d_out, const float* in, const floa
   } else {
     // d(offset + w)/dw = 1: the weight gradient is the multiplier's.
     rmsnorm_backward(d_in, w_.grad.data<float>(), d_out, in, scale_weights(), rstd, N, C_);
+  }
+}
+
+NormGradsOverTp::NormGradsOverTp(std::vector<Norm*> norms) {
+  for (Norm* n : norms) {
+    params_.push_back(&n->weight());
+    if (n->layer_norm()) params_.push_back(&n->bias());
+  }
+  for (Param* p : params_) {
+    held_.push_back(std::move(p->grad));
+    p->grad = Tensor::zeros(p->value.shape(), DType::kF32);
+  }
+}
+
+NormGradsOverTp::~NormGradsOverTp() { restore(); }
+
+void NormGradsOverTp::restore() {
+  for (size_t i = 0; i < held_.size(); ++i) params_[i]->grad = std::move(held_[i]);
+  held_.clear();
+}
+
+void NormGradsOverTp::sum(Communicator& tp) {
+  TP_ASSERT(!held_.empty() || params_.empty(), "NormGradsOverTp::sum called twice");
+  int64_t n = 0;
+  for (Param* p : params_) n += p->grad.numel();
+  std::vector<float> parts(static_cast<size_t>(n));
+  int64_t at = 0;
+  for (Param* p : params_) {
+    std::copy_n(p->grad.data<float>(), p->grad.numel(), parts.data() + at);
+    at += p->grad.numel();
+  }
+  if (tp.size() > 1 && n > 0) tp.all_reduce(parts.data(), parts.data(), n, DType::kF32, ReduceOp::kSum);
+  restore();
+  at = 0;
+  for (Param* p : params_) {
+    ensure_grad(p->grad, p->value.shape());
+    float* g = p->grad.data<float>();
+    for (int64_t i = 0; i < p->grad.numel(); ++i) g[i] += parts[size_t(at + i)];
+    at += p->grad.numel();
   }
 }
 

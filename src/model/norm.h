@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "core/tensor.h"
 
 namespace tensorpar {
@@ -43,6 +44,26 @@ class Norm {
   float offset_;
   Param w_, b_;
   mutable std::vector<float> offset_w_;  // (C) offset + weight, refreshed per call
+};
+
+// Sequence parallelism runs each norm on this rank's rows only, so one backward's weight (and
+// bias) gradient is Partial over TP: the norms' accumulated gradients are set aside while it
+// runs, the backward's own parts summed over TP in one all-reduce, then added to them (summing
+// the accumulated gradients instead would count earlier micro-batches tp times). Destroyed
+// without sum(): the accumulated gradients come back untouched.
+class NormGradsOverTp {
+ public:
+  explicit NormGradsOverTp(std::vector<Norm*> norms);
+  ~NormGradsOverTp();
+  NormGradsOverTp(const NormGradsOverTp&) = delete;
+  NormGradsOverTp& operator=(const NormGradsOverTp&) = delete;
+  // After the norms' backward: the parts summed over tp and added. Collective over tp.
+  void sum(Communicator& tp);
+
+ private:
+  void restore();
+  std::vector<Param*> params_;
+  std::vector<Tensor> held_;  // the accumulated gradients, one per params_ entry
 };
 
 }  // namespace tensorpar

@@ -54,17 +54,20 @@ class Transformer final : public CausalLM {
 
   // ---- a pipeline stage's training (train/pipeline.h runs these under its schedule) ----
   // Forward of micro-batch `micro` through this span. tokens (B, T) i64 on every stage (they
-  // give the rows' positions; the first stage embeds them); x_in (N = B*T, C) f32: the previous
+  // give the rows' positions; the first stage embeds them); x_in (stage_rows(B*T), C) f32: the previous
   // stage's output (null on the first stage); targets (B, T): read by the last stage only. Not
-  // the last stage: writes x_out (N, C) and returns 0; the last: returns the mean loss. with_grad
+  // the last stage: writes x_out (stage_rows, C) and returns 0; the last: returns the mean loss. with_grad
   // keeps the activations for stage_backward(micro). Collective over tp.
   float stage_forward(int64_t micro, const Tensor& tokens, const Tensor* x_in, const Tensor& targets, Tensor* x_out,
                       bool with_grad);
-  // Backward of `micro` (after its stage_forward with grad): d_out (N, C) is the gradient of
+  // Backward of `micro` (after its stage_forward with grad): d_out (stage_rows, C) is the gradient of
   // this stage's output (null on the last stage, whose gradient starts at the loss, scaled by
-  // loss_scale); writes d_in (N, C), the gradient of its input (not the first stage). Weight
+  // loss_scale); writes d_in (stage_rows, C), the gradient of its input (not the first stage). Weight
   // gradients accumulate; the micro-batch's activations are released.
   void stage_backward(int64_t micro, const Tensor* d_out, float loss_scale, Tensor* d_in);
+  // Rows of a micro-batch of N tokens that cross a stage boundary from this rank: N, or under
+  // sequence parallelism this TP rank's share (partition_even), the stages' TP ranks paired.
+  int64_t stage_rows(int64_t N) const;
   // On a last stage without the embedding whose head is tied: the embedding shard it holds as
   // its LM head, as a parameter (the first stage's name). The pipeline steps it with the same
   // summed gradient as the first stage's copy, so the two stay equal. Empty elsewhere.
@@ -80,6 +83,7 @@ class Transformer final : public CausalLM {
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
+  int64_t activation_bytes() const override;
   void set_int8_activations(bool on) override { eng_.set_int8_activations(on); }
   void set_kv_dtype(DType dtype) override;
   std::vector<ParamShard> parameters() override;

@@ -2,6 +2,7 @@
 #include "model/transformer_layer.h"
 
 #include "core/error.h"
+#include "parallel/mappings.h"
 
 namespace tensorpar {
 
@@ -40,6 +41,25 @@ void add(float* out, const float* a, const float* b, int64_t n) {
 
 }  // namespace
 
+int64_t activation_bytes(const LayerActs& a) {
+  int64_t n = 0;
+  auto add = [&](std::initializer_list<const Tensor*> ts) {
+    for (const Tensor* t : ts) n += t->defined() ? t->nbytes() : 0;
+  };
+  auto add_vec = [&](const auto& v) { n += int64_t(v.size() * sizeof(v[0])); };
+  add({&a.h1, &a.mean1, &a.rstd1, &a.x_mid, &a.h2, &a.mean2, &a.rstd2, &a.attn_out, &a.rstd_post_attn, &a.mlp_out,
+       &a.rstd_post_mlp});
+  const AttentionActs& at = a.attn;
+  add({&at.qkv, &at.q, &at.k, &at.v, &at.att, &at.lse, &at.q_rstd, &at.k_rstd});
+  add({&a.mlp.pre, &a.mlp.h});
+  const MoeActs& m = a.moe;
+  add({&m.probs, &m.sent_x, &m.recv_x, &m.expert_x, &m.expert_y, &m.recv_y, &m.slot_y, &m.shared_y, &m.shared_gate,
+       &m.shared_acts.pre, &m.shared_acts.h});
+  for (const MlpActs& e : m.expert_acts) add({&e.pre, &e.h});
+  add_vec(m.chosen), add_vec(m.weight), add_vec(m.send_slot), add_vec(m.lse);
+  return n;
+}
+
 TransformerLayer::TransformerLayer(const ModelConfig& c, int64_t layer, const RopeTable* rope,
                                    const std::vector<Range>& ffn_ranges, int tp_size, int tp_rank,
                                    const ExpertSplit& experts, int64_t quant_align)
@@ -76,11 +96,11 @@ void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tenso
   norm1_.forward(h1.data<float>(), mean1.data<float>(), rstd1.data<float>(), x.data<float>(), N);
   if (post_attn_norm_) {
     Tensor attn_out = scratch_rows(a.attn_out, N, C);
-    attn_.forward(ctx.eng, attn_out, h1, rows, a.attn, ctx.tp);
+    attention_forward(ctx, attn_out, h1, rows, a);
     post_attn_norm_->forward(x_mid.data<float>(), nullptr, scratch_rows(a.rstd_post_attn, N, 1).data<float>(),
                              attn_out.data<float>(), N);
   } else {
-    attn_.forward(ctx.eng, x_mid, h1, rows, a.attn, ctx.tp);
+    attention_forward(ctx, x_mid, h1, rows, a);
   }
   add(x_mid.data<float>(), x_mid.data<float>(), x.data<float>(), N * C);
   norm2_.forward(h2.data<float>(), mean2.data<float>(), rstd2.data<float>(), x_mid.data<float>(), N);
@@ -102,6 +122,12 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
            "[TransformerLayer::backward] d_x ", d_x.describe(), ", d_h ", d_h.describe(), ", x ", x.describe(),
            ": expected one (N, C) shape and the forward's activations");
   const Tensor h1 = a.h1.slice(0, 0, N), x_mid = a.x_mid.slice(0, 0, N), h2 = a.h2.slice(0, 0, N);
+  std::optional<NormGradsOverTp> sp_norm_grads;  // the norms saw this rank's rows only
+  if (ctx.sequence_parallel) {
+    std::vector<Norm*> norms{&norm1_, &norm2_};
+    if (post_attn_norm_) norms.insert(norms.end(), {&*post_attn_norm_, &*post_mlp_norm_});
+    sp_norm_grads.emplace(std::move(norms));
+  }
   // out = x_mid + [post_mlp_norm](mlp(norm2(x_mid))): d_x flows to x_mid directly and through
   // the MLP (and the post norm first, whose input gradient d_post is then the MLP's).
   Tensor d_post;
@@ -118,24 +144,77 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
     post_attn_norm_->backward(d_post.data<float>(), d_x.data<float>(), a.attn_out.data<float>(), nullptr,
                               a.rstd_post_attn.data<float>(), N);
   }
-  attn_.backward(ctx.eng, d_h, post_attn_norm_ ? d_post : d_x, h1, rows, a.attn, ctx.tp, ctx.kv_group);
+  attention_backward(ctx, d_h, post_attn_norm_ ? d_post : d_x, h1, rows, a);
   norm1_.backward(d_x.data<float>(), d_h.data<float>(), x.data<float>(), a.mean1.data<float>(),
                   a.rstd1.data<float>(), N);
+  if (sp_norm_grads) sp_norm_grads->sum(ctx.tp);
 }
 
-void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& x, LayerActs& a) const {
-  if (moe_)
-    moe_->forward(ctx.eng, out, x, a.moe, ctx.tp, ctx.ep_dispatch, ctx.moe_capacity_factor);
-  else
-    mlp_->forward(ctx.eng, out, x, a.mlp, ctx.tp);
+void TransformerLayer::attention_forward(const LayerContext& ctx, Tensor& out, const Tensor& h,
+                                         const AttentionRows& rows, LayerActs& a) const {
+  SequenceParallelScratch* sp = ctx.sequence_parallel;
+  if (!sp) {
+    attn_.forward(ctx.eng, out, h, rows, a.attn, ctx.tp);
+    return;
+  }
+  const int64_t N = sp->rows, C = h.dim(1);
+  Tensor full = scratch_rows(sp->full, N, C), partial = scratch_rows(sp->partial, N, C);
+  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
+  attn_.forward_partial(ctx.eng, partial, full, rows, a.attn);
+  reduce_scatter_to_sequence_parallel_region_forward(out, partial, ctx.tp);
+  attn_.o().add_bias(out);
 }
 
-void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_x, const Tensor& d_out, const Tensor& x,
-                                   const LayerActs& a) {
+void TransformerLayer::attention_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
+                                          const AttentionRows& rows, const LayerActs& a) {
+  SequenceParallelScratch* sp = ctx.sequence_parallel;
+  if (!sp) {
+    attn_.backward(ctx.eng, d_h, d_out, h, rows, a.attn, ctx.tp, ctx.kv_group);
+    return;
+  }
+  const int64_t N = sp->rows, C = h.dim(1);
+  Tensor full = scratch_rows(sp->full, N, C), full_grad = scratch_rows(sp->full_grad, N, C);
+  Tensor partial = scratch_rows(sp->partial, N, C);
+  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);  // the input again: only its rows were kept
+  reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
+  attn_.backward_partial(ctx.eng, partial, full_grad, full, rows, a.attn, ctx.tp, ctx.kv_group);
+  gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+}
+
+void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, LayerActs& a) const {
+  SequenceParallelScratch* sp = ctx.sequence_parallel;
+  TP_CHECK(!sp || !moe_, "[TransformerLayer::forward] sequence parallelism covers dense layers; this model's MoE "
+           "layers take their tokens Replicated");
   if (moe_) {
-    moe_->backward(ctx.eng, d_x, d_out, x, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
+    moe_->forward(ctx.eng, out, h, a.moe, ctx.tp, ctx.ep_dispatch, ctx.moe_capacity_factor);
+  } else if (!sp) {
+    mlp_->forward(ctx.eng, out, h, a.mlp, ctx.tp);
   } else {
-    mlp_->backward(ctx.eng, d_x, d_out, x, a.mlp, ctx.tp);
+    const int64_t N = sp->rows, C = h.dim(1);
+    Tensor full = scratch_rows(sp->full, N, C), partial = scratch_rows(sp->partial, N, C);
+    gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
+    mlp_->forward_partial(ctx.eng, partial, full, a.mlp);
+    reduce_scatter_to_sequence_parallel_region_forward(out, partial, ctx.tp);
+    mlp_->down().add_bias(out);
+  }
+}
+
+void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
+                                   const LayerActs& a) {
+  SequenceParallelScratch* sp = ctx.sequence_parallel;
+  if (moe_) {
+    moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
+  } else if (!sp) {
+    mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp);
+  } else {
+    const int64_t N = sp->rows, C = h.dim(1);
+    Tensor full = scratch_rows(sp->full, N, C), full_grad = scratch_rows(sp->full_grad, N, C);
+    Tensor partial = scratch_rows(sp->partial, N, C);
+    gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
+    reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
+    partial.fill_zero();
+    mlp_->backward_partial(ctx.eng, partial, full_grad, full, a.mlp);
+    gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
   }
 }
 

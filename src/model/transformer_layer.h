@@ -28,6 +28,17 @@ struct LayerActs {
   MoeActs moe;
 };
 
+// Sequence parallelism (Megatron-SP, training): the block's input and output are this rank's
+// rows (partition_even of the N = B*T rows), so norms and residual adds run on N/tp rows and
+// keep N/tp rows for backward; the input of attention and of the MLP is all-gathered to N rows
+// and their row-parallel outputs reduce-scattered back (in backward: the conjugates, the input
+// gathered again rather than kept). The norms' weight gradients are summed over TP. These are
+// the gathered (N, C) buffers, shared by every layer of a step (buffers only grow).
+struct SequenceParallelScratch {
+  int64_t rows = 0;  // N: the step's rows over the whole TP group
+  Tensor full, full_grad, partial;
+};
+
 // Where a layer runs: the rank's matmul engine and TP group, and (training with kv heads
 // replicated, tp > n_kv_heads) the ranks that share this rank's kv head.
 // An MoE layer also needs: the EP group its tokens are dispatched over (null when every rank of
@@ -41,7 +52,11 @@ struct LayerContext {
   std::span<const float> moe_aux_dprob = {};
   float moe_z_dlse = 0;  // the router z-loss's d loss / d lse per unit of lse (ParallelMoe::backward)
   double moe_capacity_factor = 0;  // ParallelMoe::forward's (training; 0: dropless)
+  SequenceParallelScratch* sequence_parallel = nullptr;  // non-null: sequence parallel (dense layers)
 };
+
+// Bytes of the tensors (and MoE routing vectors) the acts hold.
+int64_t activation_bytes(const LayerActs& acts);
 
 class TransformerLayer {
  public:
@@ -63,7 +78,8 @@ class TransformerLayer {
   const ParallelAttention& attn() const { return attn_; }
   int64_t weight_bytes() const;
 
-  // out (N, C) = the block applied to x (N, C); out may alias x. Collective over ctx.tp.
+  // out (N, C) = the block applied to x (N, C); out may alias x. Collective over ctx.tp. Under
+  // sequence parallelism x and out are this rank's rows of the rows' B*T.
   void forward(const LayerContext& ctx, Tensor& out, const Tensor& x, const AttentionRows& rows,
                LayerActs& acts) const;
   // d_x (N, C): on entry the gradient of the block's output, on return that of its input x
@@ -78,9 +94,14 @@ class TransformerLayer {
   std::optional<ParallelMlp> mlp_;
   std::optional<ParallelMoe> moe_;
 
-  // out (N, C) = the MLP or MoE block of x; its backward (d_x written).
-  void ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& x, LayerActs& acts) const;
-  void ffn_backward(const LayerContext& ctx, Tensor& d_x, const Tensor& d_out, const Tensor& x, const LayerActs& acts);
+  // out = attention / the MLP or MoE block of h (both this rank's rows under sequence
+  // parallelism, else all N); their backward (d_h written).
+  void attention_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, const AttentionRows& rows,
+                         LayerActs& acts) const;
+  void attention_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
+                          const AttentionRows& rows, const LayerActs& acts);
+  void ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, LayerActs& acts) const;
+  void ffn_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h, const LayerActs& acts);
 };
 
 }  // namespace tensorpar

@@ -23,6 +23,11 @@ struct Transformer::TrainState {
   LayerActs recomputed;           // the activations of the recomputed layer being run backward
   Tensor hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N), (N, V_local), (N)
   Tensor d_logits, d_h, d_x;             // backward scratch: (N, V_local), (N, C), (N, C)
+  // Sequence parallel (TrainCompute::sequence_parallel): inputs, hf, meanf, rstdf, d_h and d_x
+  // hold this rank's rows only; hf_full is the LM head's gathered input, full an (N, C) scratch
+  // (the embedding's output, then its gradient), sp the layers' gathered buffers.
+  Tensor hf_full, full;
+  SequenceParallelScratch sp;
   std::vector<int64_t> positions;
   std::vector<int64_t> ids;  // the step's tokens (N), for the embedding's backward
   Tensor targets;            // (N) view of the caller's targets (the last stage's loss)

@@ -5,6 +5,7 @@
 // gradients, so they are already identical on every TP rank.
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 #include "model/transformer_state.h"
@@ -20,9 +21,31 @@ void Transformer::set_train_compute(const TrainCompute& compute) {
   TP_CHECK(compute.matmul_dtype == DType::kF32 || compute.matmul_dtype == DType::kBF16,
            "[Transformer::set_train_compute] matmul dtype: got ", dtype_name(compute.matmul_dtype),
            ", expected f32 or bf16");
+  for (const TransformerLayer& l : layers_)
+    TP_CHECK(!compute.sequence_parallel || !l.is_moe(), "[Transformer::set_train_compute] sequence parallelism ",
+             "covers dense layers; this model has MoE layers (their tokens are taken Replicated): train it without ",
+             "--sequence-parallel");
   compute_ = compute;
   train_->invalidate();
   stage_micro_.clear();
+}
+
+int64_t Transformer::activation_bytes() const {
+  auto state_bytes = [](const TrainState& s) {
+    int64_t n = 0;
+    auto add = [&](const Tensor& t) { n += t.defined() ? t.nbytes() : 0; };
+    for (const Tensor& t : s.inputs) add(t);
+    for (const LayerActs& a : s.layers) n += tensorpar::activation_bytes(a);
+    n += tensorpar::activation_bytes(s.recomputed);
+    for (const Tensor* t : {&s.hf, &s.meanf, &s.rstdf, &s.logits, &s.lse, &s.d_logits, &s.d_h, &s.d_x, &s.hf_full,
+                            &s.full, &s.sp.full, &s.sp.full_grad, &s.sp.partial})
+      add(*t);
+    return n;
+  };
+  int64_t n = state_bytes(*train_);
+  for (const auto& [micro, s] : stage_micro_) n += state_bytes(*s);
+  for (const auto& s : stage_spare_) n += state_bytes(*s);
+  return n;
 }
 
 float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad) {
@@ -66,8 +89,11 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
            ": expected i64 (B, T), both the same shape");
   const int64_t B = tokens.dim(0), T = tokens.dim(1), N = B * T, C = config_.hidden;
   TP_CHECK(N >= 1, "[", where, "] empty batch");
-  TP_CHECK(span_.embedding || (x_in && x_in->shape() == (Shape{N, C}) && x_in->dtype() == DType::kF32),
-           "[", where, "] a stage without the embedding needs its input activations f32", shape_str({N, C}),
+  // Under sequence parallelism the residual stream holds this rank's Nl rows of the N.
+  const bool sp = compute_.sequence_parallel;
+  const int64_t Nl = stage_rows(N);
+  TP_CHECK(span_.embedding || (x_in && x_in->shape() == (Shape{Nl, C}) && x_in->dtype() == DType::kF32),
+           "[", where, "] a stage without the embedding needs its input activations f32", shape_str({Nl, C}),
            ", got ", x_in ? x_in->describe() : std::string("none"), " (layers [", span_.first, ", ", span_.last,
            "), tp rank ", tp_.rank(), ")");
   TP_CHECK(span_.head || x_out, "[", where, "] a stage without the head needs an output tensor");
@@ -81,6 +107,8 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch};
   ctx.moe_capacity_factor = compute_.moe_capacity_factor;
+  s.sp.rows = N;
+  if (sp) ctx.sequence_parallel = &s.sp;
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
 
   // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
@@ -90,11 +118,16 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   auto recomputes = [&](int64_t l) { return !with_grad || span_.first + l < compute_.recompute_layers; };
   s.inputs.resize(size_t(L + 1));
   s.layers.resize(size_t(L));
-  for (Tensor& x : s.inputs) ensure_f32(x, {N, C});
-  if (span_.embedding)
+  for (Tensor& x : s.inputs) ensure_f32(x, {Nl, C});
+  if (span_.embedding && sp) {
+    ensure_f32(s.full, {N, C});
+    embed(s.full, s.ids.data(), s.positions.data(), N);
+    scatter_to_sequence_parallel_region_forward(s.inputs[0], s.full, tp_);
+  } else if (span_.embedding) {
     embed(s.inputs[0], s.ids.data(), s.positions.data(), N);
-  else
-    std::memcpy(s.inputs[0].data<float>(), x_in->data<float>(), size_t(N * C) * sizeof(float));
+  } else {
+    std::memcpy(s.inputs[0].data<float>(), x_in->data<float>(), size_t(Nl * C) * sizeof(float));
+  }
   const int64_t E = config_.moe.n_experts;
   std::vector<double> moe_count(size_t(E), 0.0), moe_prob(size_t(E), 0.0);
   double lse_sq = 0;
@@ -120,14 +153,18 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   const float z_loss = M > 0 ? float(compute_.moe_z_loss_coef * lse_sq / M) : 0.0f;
   const Tensor& x_last = s.inputs[size_t(L)];
   if (!span_.head) {
-    ensure_f32(*x_out, {N, C});
-    std::memcpy(x_out->data<float>(), x_last.data<float>(), size_t(N * C) * sizeof(float));
+    ensure_f32(*x_out, {Nl, C});
+    std::memcpy(x_out->data<float>(), x_last.data<float>(), size_t(Nl * C) * sizeof(float));
     return 0.0f;
   }
-  ensure_f32(s.hf, {N, C}), ensure_f32(s.rstdf, {N}), ensure_f32(s.meanf, {N});
-  final_norm_->forward(s.hf.data<float>(), s.meanf.data<float>(), s.rstdf.data<float>(), x_last.data<float>(), N);
+  ensure_f32(s.hf, {Nl, C}), ensure_f32(s.rstdf, {Nl}), ensure_f32(s.meanf, {Nl});
+  final_norm_->forward(s.hf.data<float>(), s.meanf.data<float>(), s.rstdf.data<float>(), x_last.data<float>(), Nl);
+  if (sp) {
+    ensure_f32(s.hf_full, {N, C});
+    gather_from_sequence_parallel_region_forward(s.hf_full, s.hf, tp_);
+  }
   ensure_f32(s.logits, {N, vocab_range_.size()});
-  if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, s.hf, head_weight(), nullptr);
+  if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, sp ? s.hf_full : s.hf, head_weight(), nullptr);
   softcap_logits(s.logits);
   ensure_f32(s.lse, {N});
   s.targets = targets.reshape({N});
@@ -162,17 +199,20 @@ float Transformer::moe_aux_loss(TrainState& s, const std::vector<double>& count,
 void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_scale, Tensor* d_in) {
   TP_ASSERT(s.with_grad, "span_backward without a forward that kept its activations");
   const int64_t B = s.B, T = s.T, N = B * T, C = config_.hidden, L = int64_t(layers_.size());
+  const bool sp = compute_.sequence_parallel;
+  const int64_t Nl = stage_rows(N);
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   s.aux_dprob_scaled.resize(s.aux_dprob.size());
   for (size_t e = 0; e < s.aux_dprob.size(); ++e) s.aux_dprob_scaled[e] = s.aux_dprob[e] * loss_scale;
-  const LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale,
-                         compute_.moe_capacity_factor};
+  LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale,
+                   compute_.moe_capacity_factor};
+  if (sp) ctx.sequence_parallel = &s.sp;
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;
-  ensure_f32(d_h, {N, C});
+  ensure_f32(d_h, {Nl, C});
   Tensor& d_x = s.d_x;
-  ensure_f32(d_x, {N, C});
+  ensure_f32(d_x, {Nl, C});
   if (span_.head) {
     Tensor& d_logits = s.d_logits;
     ensure_f32(d_logits, s.logits.shape());
@@ -180,17 +220,28 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     vocab_parallel_cross_entropy_backward(d_logits, loss_scale, s.logits, s.lse, s.targets, vocab_range_,
                                           config_.vocab_size);
     softcap_logits_backward(d_logits, s.logits);
-    d_h.fill_zero();
-    if (d_logits.numel() > 0) matmul_backward(eng_, &d_h, &head_grad(), nullptr, d_logits, s.hf, head_weight());
-    copy_to_tp_region_backward(d_h, tp_);  // the LM head's input gradient is Partial over the vocab
+    // The LM head's input gradient is Partial over the vocab: summed over tp (all-reduce), or
+    // under sequence parallelism summed into this rank's rows (reduce-scatter).
+    Tensor& d_head_in = sp ? s.full : d_h;
+    ensure_f32(d_head_in, {N, C});
+    d_head_in.fill_zero();
+    if (d_logits.numel() > 0)
+      matmul_backward(eng_, &d_head_in, &head_grad(), nullptr, d_logits, sp ? s.hf_full : s.hf, head_weight());
+    if (sp)
+      gather_from_sequence_parallel_region_backward(d_h, d_head_in, tp_);
+    else
+      copy_to_tp_region_backward(d_h, tp_);
     d_x.fill_zero();
+    std::optional<NormGradsOverTp> norm_grads;
+    if (sp) norm_grads.emplace(std::vector<Norm*>{final_norm_.get()});
     final_norm_->backward(d_x.data<float>(), d_h.data<float>(), s.inputs[size_t(L)].data<float>(),
-                          s.meanf.data<float>(), s.rstdf.data<float>(), N);
+                          s.meanf.data<float>(), s.rstdf.data<float>(), Nl);
+    if (norm_grads) norm_grads->sum(tp_);
   } else {
-    TP_CHECK(d_out && d_out->shape() == (Shape{N, C}) && d_out->dtype() == DType::kF32,
+    TP_CHECK(d_out && d_out->shape() == (Shape{Nl, C}) && d_out->dtype() == DType::kF32,
              "[Transformer::stage_backward] a stage without the head needs its output's gradient f32",
-             shape_str({N, C}), ", got ", d_out ? d_out->describe() : std::string("none"));
-    std::memcpy(d_x.data<float>(), d_out->data<float>(), size_t(N * C) * sizeof(float));
+             shape_str({Nl, C}), ", got ", d_out ? d_out->describe() : std::string("none"));
+    std::memcpy(d_x.data<float>(), d_out->data<float>(), size_t(Nl * C) * sizeof(float));
   }
   for (int64_t l = L; l-- > 0;) {
     const Tensor& x = s.inputs[size_t(l)];
@@ -200,18 +251,27 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
   }
   if (!span_.embedding) {
     TP_CHECK(d_in, "[Transformer::stage_backward] a stage without the embedding needs an input-gradient tensor");
-    ensure_f32(*d_in, {N, C});
-    std::memcpy(d_in->data<float>(), d_x.data<float>(), size_t(N * C) * sizeof(float));
+    ensure_f32(*d_in, {Nl, C});
+    std::memcpy(d_in->data<float>(), d_x.data<float>(), size_t(Nl * C) * sizeof(float));
     return;
   }
-  embed_backward(d_x, s.ids.data(), N);
+  Tensor& d_embedded = sp ? s.full : d_x;  // every row's gradient, whichever rank holds the row
+  if (sp) {
+    ensure_f32(d_embedded, {N, C});
+    scatter_to_sequence_parallel_region_backward(d_embedded, d_x, tp_);
+  }
+  embed_backward(d_embedded, s.ids.data(), N);
   if (config_.family == ArchFamily::kGpt2) {
     ensure_grad(pos_embed_.grad, pos_embed_.value.shape());
     float* g = pos_embed_.grad.data<float>();
-    const float* d = d_x.data<float>();
+    const float* d = d_embedded.data<float>();
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < C; ++i) g[s.positions[size_t(n)] * C + i] += d[n * C + i];
   }
+}
+
+int64_t Transformer::stage_rows(int64_t N) const {
+  return compute_.sequence_parallel ? partition_even(N, tp_.size(), tp_.rank()).size() : N;
 }
 
 float Transformer::stage_forward(int64_t micro, const Tensor& tokens, const Tensor* x_in, const Tensor& targets,

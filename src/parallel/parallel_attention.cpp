@@ -116,6 +116,13 @@ void ParallelAttention::init_normal(float stddev, float o_stddev, uint64_t seed,
 
 void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, const AttentionRows& rows,
                                 AttentionActs& acts, Communicator& tp) const {
+  forward_partial(eng, out, x, rows, acts);
+  reduce_from_tp_region_forward(out, tp);
+  o_.add_bias(out);
+}
+
+void ParallelAttention::forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, const AttentionRows& rows,
+                                        AttentionActs& acts) const {
   const int64_t N = x.dim(0), HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local();
   const int64_t qc = NHl * HS, kc = NKVl * HS, W = qkv_.out_local();
   TP_CHECK(x.ndim() == 2 && x.dim(1) == shape_.hidden, "[ParallelAttention::forward] x ", x.describe(),
@@ -188,12 +195,19 @@ void ParallelAttention::forward(MatmulEngine& eng, Tensor& out, const Tensor& x,
                         v.data<float>(), d);
     }
   }
-  o_.forward(eng, out, att, tp);
+  o_.forward_partial(eng, out, att);
 }
 
 void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                  const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
                                  Communicator* kv_group) {
+  backward_partial(eng, d_x, d_out, x, rows, acts, tp, kv_group);
+  copy_to_tp_region_backward(d_x, tp);
+}
+
+void ParallelAttention::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                                         const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
+                                         Communicator* kv_group) {
   const int64_t N = x.dim(0), HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local(), C = shape_.hidden;
   const int64_t qc = NHl * HS, kc = NKVl * HS, W = qkv_.out_local();
   TP_CHECK(!rows.paged() && rows.B * rows.T == N, "[ParallelAttention::backward] needs the dense rows of a training "
@@ -277,7 +291,6 @@ void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d
     copy_columns(dst + qc, W, kv.data<float>(), 2 * kc, N, 2 * kc);
     qkv_.backward_weight(eng, d_qkv, x);
   }
-  copy_to_tp_region_backward(d_x, tp);
 }
 
 }  // namespace tensorpar

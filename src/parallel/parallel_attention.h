@@ -99,11 +99,20 @@ class ParallelAttention {
   // x (N, C) -> out (N, C) Replicated (see AttentionRows for the two kinds of rows).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, const AttentionRows& rows, AttentionActs& acts,
                Communicator& tp) const;
+  // The same up to o_proj's Partial sum (N, C): no reduction, no bias (sequence parallel
+  // reduce-scatters it instead; RowParallelLinear::add_bias after).
+  void forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, const AttentionRows& rows,
+                       AttentionActs& acts) const;
   // Training (dense rows) only: d_x (N, C) is written, the all-reduced input gradient; weight
   // grads accumulate. When kv heads are replicated (tp > NKV), kv_group (the ranks sharing this
   // rank's kv head) sums their k/v gradients so every copy holds the full gradient; else null.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const AttentionRows& rows,
                 const AttentionActs& acts, Communicator& tp, Communicator* kv_group);
+  // The same with d_x left Partial over tp (written, not accumulated): sequence parallel
+  // reduce-scatters it. tp still sums the q/k norm weights' gradients.
+  void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                        const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
+                        Communicator* kv_group);
 
  private:
   // q (N, n_heads HS) at stride `stride` -> out (N, n_heads, HS) normalised per head (rstd (N,

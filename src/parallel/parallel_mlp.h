@@ -38,6 +38,7 @@ class ParallelMlp {
   // SwiGLU, GeGLU: parts 0 = gate_proj, 1 = up_proj; GELU: part 0 = c_fc.
   ColumnParallelLinear& in() { return in_; }
   RowParallelLinear& down() { return down_; }  // down_proj / c_proj
+  const RowParallelLinear& down() const { return down_; }
   int64_t weight_bytes() const;
   void zero_grad();
   // Allocates the (zero) gradients a first backward would: for an expert that got no tokens.

@@ -76,7 +76,9 @@ double Pipeline::run(const std::vector<PipeStep>& steps, const MicroBatchFn& bat
     if (fresh) batch(m, it->second.tokens, it->second.targets);
     return it->second;
   };
-  auto rows = [&](const Micro& mb) { return mb.tokens.dim(0) * mb.tokens.dim(1); };
+  // Rows that cross the boundary: the micro-batch's, or this TP rank's share of them under
+  // sequence parallelism (each stage's TP rank r exchanges with the next stage's rank r).
+  auto rows = [&](const Micro& mb) { return model_.stage_rows(mb.tokens.dim(0) * mb.tokens.dim(1)); };
   for (const PipeStep& st : steps) {
     Micro& mb = get(st.micro);
     const int64_t N = rows(mb);

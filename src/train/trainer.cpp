@@ -163,6 +163,7 @@ StepLog Trainer::train_step() {
   log.step = step_ + 1;
   log.loss = float(loss / double(n_micro));
   log.expert_load = std::move(log_load);
+  log.activation_bytes = model_.activation_bytes();
   // Judged before the optimizer step, so a diverged step never reaches the weights.
   const std::optional<std::string> reason = monitor_.verdict(log.loss, log.grad_norm);
   if (any_rank(reason.has_value())) {

@@ -80,6 +80,7 @@ struct StepLog {
   // MoE models: per MoE layer, the top-k slots routed to each expert over the step's micro-batches
   // (this rank's tokens; empty for a dense model).
   std::vector<std::vector<double>> expert_load;
+  int64_t activation_bytes = 0;  // this rank's (CausalLM::activation_bytes after the step)
   // Checkpoint directories this step's save made retention remove (world rank 0 only: the rank
   // that removes them).
   std::vector<std::string> removed_checkpoints;

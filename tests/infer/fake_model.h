@@ -41,6 +41,7 @@ class FakeModel : public CausalLM {
   float forward_backward(const Tensor&, const Tensor&, float) override { return 0; }
   float forward_loss(const Tensor&, const Tensor&) override { return 0; }
   void set_train_compute(const TrainCompute&) override {}
+  int64_t activation_bytes() const override { return 0; }
   std::vector<ParamShard> parameters() override { return {}; }
   void zero_grad() override {}
   int64_t weight_bytes() const override { return 0; }

@@ -123,6 +123,18 @@ TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
 // With a capacity factor each rank drops the slots of its own tokens beyond an expert's capacity,
 // before the all_to_all: EP over the DP ranks still takes the steps of DP without EP, and the
 // dropping changes the run (the losses differ from the dropless ones).
+TEST(MoeTraining, SequenceParallelIsRefusedWithAReason) {
+  run_model_ranks(2, [&](Communicator& world) {
+    auto m = init_model(tiny_mixtral(), world, 21);
+    try {
+      m->set_train_compute(TrainCompute{.sequence_parallel = true});
+      ADD_FAILURE() << "sequence parallelism accepted on an MoE model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MoE layers"), std::string::npos) << e.what();
+    }
+  });
+}
+
 TEST(MoeTraining, CapacityFactorSameWithAndWithoutExpertParallelism) {
   const TokenCorpus corpus =
       tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);

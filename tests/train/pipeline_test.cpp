@@ -154,6 +154,7 @@ struct RunResult {
   Gathered weights;        // every parameter, assembled over tp and pp (dp rank 0)
   Gathered tied_copies;    // the last stage's copy of a tied embedding
   bool whole_moments = false;  // the AdamW moments are held whole (not sharded by ZeRO-1)
+  int64_t activation_bytes = 0;  // world rank 0's, after the last step
 };
 
 TokenCorpus random_corpus(int64_t vocab) {
@@ -199,6 +200,7 @@ RunResult run(const ModelConfig& c, int tp, int pp, int dp, std::vector<int64_t>
     Trainer t(model, corpus, o, dp > 1 ? &mesh.dp() : nullptr, pp > 1 ? &pipe : nullptr);
     if (!resume.empty()) t.resume(resume);
     t.run([&](const StepLog& l) {
+      if (world.rank() == 0) r.activation_bytes = l.activation_bytes;
       if (world.rank() != world.size() - 1) return;  // the last stage's view
       r.losses.push_back(l.loss);
       r.norms.push_back(l.grad_norm);
@@ -268,6 +270,26 @@ TEST(PipelineTraining, UntiedAndRecomputedEqualTheWholeModel) {
   expect_same_training(run(c, 1, 1, 1), run(c, 1, 3, 1), "untied pp 3");
   const TrainCompute recompute{.recompute_layers = 3};
   expect_same_training(run(c, 1, 1, 1, {}, recompute), run(c, 1, 2, 1, {}, recompute), "recompute pp 2");
+}
+
+// Sequence parallelism (TrainCompute::sequence_parallel): the same training as tensor
+// parallelism alone at tp 2, uneven row shares at tp 3 (32 rows: 11, 11, 10), through pipeline
+// stages (each TP rank hands its rows to the next stage's), with recomputation, ZeRO-1 and dp.
+TEST(SequenceParallel, EqualsTensorParallelTraining) {
+  const ModelConfig c = four_layer_llama(true);
+  const TrainCompute sp{.sequence_parallel = true};
+  const RunResult whole = run(c, 1, 1, 1), tp2 = run(c, 2, 1, 1), tp2_sp = run(c, 2, 1, 1, {}, sp);
+  expect_same_training(tp2, tp2_sp, "tp 2 sp");
+  // The residual stream and the norms' outputs are kept for this rank's rows only.
+  EXPECT_LT(tp2_sp.activation_bytes, tp2.activation_bytes);
+  EXPECT_LT(tp2.activation_bytes, whole.activation_bytes);
+  expect_same_training(whole, run(c, 3, 1, 1, {}, sp), "tp 3 sp (uneven rows)", 1e-5);
+  expect_same_training(tp2, run(c, 2, 2, 1, {}, sp), "tp 2 x pp 2 sp");
+  const TrainCompute sp_recompute{.recompute_layers = 3, .sequence_parallel = true};
+  expect_same_training(tp2, run(c, 2, 2, 1, {}, sp_recompute), "tp 2 x pp 2 sp recompute");
+  expect_same_training(tp2, run(c, 2, 2, 2, {}, sp, true), "tp 2 x pp 2 x dp 2 sp zero");
+  const ModelConfig untied = four_layer_llama(false);
+  expect_same_training(run(untied, 3, 1, 1), run(untied, 3, 3, 1, {}, sp), "untied tp 3 x pp 3 sp");
 }
 
 // ZeRO-1 (distributed_optimizer.h): the moments sharded over DP, gradients reduce-scattered and

@@ -3,7 +3,9 @@
 # process and under mpirun --backend mpi. Trains a tiny Llama for a few steps both ways, at tp 2,
 # dp 2, tp 2 x dp 2, and with pipeline stages (pp 2, tp 2 x pp 2, pp 2 x dp 2: activations and
 # their gradients sent between processes), dp 2 and pp 2 x dp 2 with the distributed optimizer
-# (--zero 1: reduce-scatter and all-gather between processes), and compares every step's loss, gradient norm, learning rate and validation loss
+# (--zero 1: reduce-scatter and all-gather between processes), tp 2 x pp 2 and tp 2 x dp 2 with
+# sequence parallelism (rows all-gathered and reduce-scattered, each TP rank's rows sent between
+# stages), and compares every step's loss, gradient norm, learning rate and validation loss
 # as printed by --json (shortest round-trip form, so equal text is equal bits); only the timing
 # fields are dropped. A run from another --init-seed must differ, so the comparison can fail.
 # Usage: threads_vs_mpi_losses.sh TENSORPAR_BINARY MPIEXEC [MPIEXEC_FLAGS...]
@@ -42,12 +44,15 @@ compare() {  # name, threads output, mpi output
   fi
 }
 
-for layout in "2 1 1 0" "1 2 1 0" "2 2 1 0" "1 1 2 0" "2 1 2 0" "1 2 2 0" "1 2 1 1" "1 2 2 1"; do  # tp dp pp zero
-  read -r tp dp pp zero <<<"$layout"
-  name="tp${tp}_dp${dp}_pp${pp}_zero${zero}"
-  "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" --backend threads >"$work/threads_$name" 2>"$work/threads_$name.err" ||
+for layout in "2 1 1 0 0" "1 2 1 0 0" "2 2 1 0 0" "1 1 2 0 0" "2 1 2 0 0" "1 2 2 0 0" "1 2 1 1 0" "1 2 2 1 0" \
+  "2 1 2 0 1" "2 2 1 1 1"; do  # tp dp pp zero sequence-parallel
+  read -r tp dp pp zero sp <<<"$layout"
+  name="tp${tp}_dp${dp}_pp${pp}_zero${zero}_sp${sp}"
+  sp_flag=()
+  [[ "$sp" == 1 ]] && sp_flag=(--sequence-parallel)
+  "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" "${sp_flag[@]}" --backend threads >"$work/threads_$name" 2>"$work/threads_$name.err" ||
     { rc=$?; cat "$work/threads_$name.err"; echo "FAILED $name: the threads run exited with $rc"; exit 1; }
-  "${mpirun[@]}" -np $((tp * dp * pp)) "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" --backend mpi \
+  "${mpirun[@]}" -np $((tp * dp * pp)) "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" "${sp_flag[@]}" --backend mpi \
     >"$work/mpi_$name" 2>"$work/mpi_$name.err" ||
     { rc=$?; cat "$work/mpi_$name.err"; echo "FAILED $name: the mpi run exited with $rc"; exit 1; }
   compare "$name" "$work/threads_$name" "$work/mpi_$name"
@@ -55,7 +60,7 @@ done
 
 # The comparison is not blind: another initialisation gives other losses.
 "$bin" "${train_args[@]}" --tp 2 --backend threads --init-seed 12345 >"$work/other_seed" 2>/dev/null
-if diff -q <(losses "$work/threads_tp2_dp1_pp1_zero0") <(losses "$work/other_seed") >/dev/null; then
+if diff -q <(losses "$work/threads_tp2_dp1_pp1_zero0_sp0") <(losses "$work/other_seed") >/dev/null; then
   echo "FAILED: a run from another --init-seed printed the same records"; fail=1
 else
   echo "ok: a run from another --init-seed differs"
