@@ -65,7 +65,7 @@ size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& 
 
 void run_chat(const ChatCliOptions& o) {
   run_with_model("chat", o.common, o.model, [&](CausalLM& model) {
-    Communicator& tp = model.tp();
+    Communicator& tp = model.control();  // every rank of the model: turns are broadcast over it
     const bool leader = tp.rank() == 0;
     const bool json = o.common.json;
     std::optional<Tokenizer> tok;

@@ -47,8 +47,8 @@ std::string read_prompt(const GenerateCliOptions& o) {
 
 void run_generate(const GenerateCliOptions& o, const std::string& prompt) {
   run_with_model("generate", o.common, o.model, [&](CausalLM& model) {
-    Communicator& tp = model.tp();
-    const bool leader = tp.rank() == 0;
+    Communicator& control = model.control();
+    const bool leader = control.rank() == 0;
     std::optional<Tokenizer> tok;
     std::vector<int32_t> ids;
     if (leader) {
@@ -65,7 +65,7 @@ void run_generate(const GenerateCliOptions& o, const std::string& prompt) {
       if (tok->add_bos() && tok->bos_id() >= 0 && (ids.empty() || ids[0] != tok->bos_id()))
         ids.insert(ids.begin(), tok->bos_id());
     }
-    ids = broadcast_ids(std::move(ids), tp);
+    ids = broadcast_ids(std::move(ids), control);
     auto cache = model.make_cache(context_length(o.model, model));
     const bool stream = leader && !o.common.json;
     const GenerateResult r =

@@ -43,7 +43,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
   check_model_paths(o.model, "perplexity", /*needs_tokenizer=*/!o.text_file.empty());
   run_with_model("perplexity", o.common, o.model, [&](CausalLM& model) {
     Communicator& tp = model.tp();
-    const bool leader = tp.rank() == 0;
+    Communicator& control = model.control();
+    const bool leader = control.rank() == 0;
     std::vector<int32_t> ids;
     if (leader) {
       if (!o.tokens_file.empty()) {
@@ -57,7 +58,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
         if (tok.add_bos() && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
       }
     }
-    ids = broadcast_ids(std::move(ids), tp);
+    ids = broadcast_ids(std::move(ids), control);
     std::ofstream dump;
     if (leader && !o.dump_logits.empty()) {
       dump.open(o.dump_logits, std::ios::binary | std::ios::trunc);

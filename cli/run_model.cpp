@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "cli/auto_plan.h"
 #include "cli/launch_checks.h"
@@ -13,6 +14,8 @@
 #include "io/gguf.h"
 #include "model/load_model.h"
 #include "model/tokenizer_loader.h"
+#include "model/transformer.h"
+#include "parallel/mesh.h"
 
 namespace tensorpar::cli {
 namespace {
@@ -58,6 +61,12 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "Keys and values in the KV cache: f32 | f16 (half the memory, so twice the "
                  "tokens; the query rounded to f16 for the scores, as llama.cpp's default cache)")
       ->check(CLI::IsMember({"f32", "f16"}));
+  cmd.add_option("--pp", opts.pp,
+                 "Pipeline stages: the layers split over --pp groups of --tp ranks (world tp x pp), "
+                 "each rank holding its stage's weights and KV cache; the stages run one after another")
+      ->check(CLI::Range(1, 1024));
+  cmd.add_option("--pp-layers", opts.pp_layers, "Layers per pipeline stage, comma-separated (default: even)")
+      ->delimiter(',');
 }
 
 void check_model_paths(const ModelOptions& opts, const char* command, bool needs_tokenizer) {
@@ -88,21 +97,36 @@ void run_with_model(const char* command, const CommonOptions& given, const Model
   check_launch(given, command);
   const ModelConfig config = read_model_config(mopts.model);  // headers only
   CommonOptions common = given;
+  const int pp = mopts.pp;
+  TP_CHECK(pp == 1 || given.tp != kAutoSize, "[", command, "] --tp auto with --pp ", pp,
+           ": give --tp (the planner sizes one pipeline stage only in training)");
+  TP_CHECK(pp == 1 || common.ep <= 1, "[", command, "] --ep with --pp: expert parallelism runs without "
+           "pipeline stages");
+  split_layers(config.n_layers, pp, mopts.pp_layers);  // names a bad split before any rank starts
   common.tp = resolve_inference_tp(given, config, mopts.model, mopts.dtype, command);
   LaunchConfig lc;
   lc.backend = backend_from_name(common.backend);
-  lc.n_ranks = common.tp;
+  lc.n_ranks = common.tp * pp;
   lc.threads_per_rank = common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(!is_mpi_job(lc.backend) || common.tp == 1 || common.tp == world.size(), "[",
-             command, "] --tp ", common.tp, " does not match the MPI world of ", world.size(),
-             " ranks (start mpirun -np ", common.tp, ", or leave --tp out to use the whole world)");
-    check_tp_size(world.size(), config, command);
+    TP_CHECK(!is_mpi_job(lc.backend) || (common.tp == 1 && pp == 1) || common.tp * pp == world.size(), "[",
+             command, "] --tp ", common.tp, " x --pp ", pp, " does not match the MPI world of ", world.size(),
+             " ranks (start mpirun -np ", common.tp * pp, ", or leave --tp out to use the whole world)");
+    TP_CHECK(world.size() % pp == 0, "[", command, "] --pp ", pp, " does not divide the world of ", world.size(),
+             " ranks");
+    check_tp_size(world.size() / pp, config, command);
     LoadOptions lo;
     lo.float_weights = mopts.dtype == "auto" ? std::nullopt : std::optional(dtype_from_name(mopts.dtype));
     // Every collective of the model goes through a timer (a server reports time in collectives).
     TimedCommunicator timed(world);
-    auto model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
+    std::optional<DeviceMesh> mesh;
+    std::unique_ptr<CausalLM> model;
+    if (pp > 1) {
+      mesh.emplace(timed, MeshSizes{.tp = world.size() / pp, .pp = pp});
+      model = load_pipeline_stage(mopts.model, mesh->tp(), mesh->pp(), timed, lo, mopts.pp_layers);
+    } else {
+      model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
+    }
     model->set_int8_activations(mopts.activations == "int8");
     model->set_kv_dtype(dtype_from_name(mopts.kv_dtype));
     fn(*model);
@@ -135,7 +159,7 @@ ChatTemplate chat_template_or_chatml(const ModelOptions& opts, const Tokenizer& 
 }
 
 std::vector<double> weights_kv_mb_per_rank(CausalLM& model, const KvCache& cache) {
-  Communicator& tp = model.tp();
+  Communicator& tp = model.control();
   const int64_t mine = model.weight_bytes() + cache.bytes();
   std::vector<int64_t> all(size_t(tp.size()));
   tp.all_gather(&mine, all.data(), 1, DType::kI64);

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "comm/launch.h"
@@ -21,6 +22,8 @@ struct ModelOptions {
   std::string tokenizer;      // tokenizer (+ chat template) source; "" = the model's
   std::string activations = "int8";  // quantized weights multiply: int8 | f32 activations
   std::string kv_dtype = "f32";      // KV cache elements: f32 | f16
+  int pp = 1;                        // pipeline stages (the world is tp x pp ranks)
+  std::vector<int64_t> pp_layers;    // layers per stage (empty: even)
 };
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
 // Where the tokenizer and chat template come from: --tokenizer, else --model.

@@ -125,6 +125,8 @@ void run_serve(const ServeCliOptions& o) {
   TP_CHECK(pthread_sigmask(SIG_BLOCK, &signals, &old) == 0, "[serve] cannot block SIGINT/SIGTERM");
   try {
     check_model_paths(o.model, "serve", /*needs_tokenizer=*/true);
+    TP_CHECK(o.model.pp == 1, "[serve] --pp ", o.model.pp, ": the server runs on --tp ranks only (its engine "
+             "schedules one TP group); pipeline stages serve through generate, chat and perplexity");
     run_with_model("serve", o.common, o.model, [&](CausalLM& model) {
       EngineOptions eo = o.engine;
       eo.ctx = o.model.ctx;

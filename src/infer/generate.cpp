@@ -1,4 +1,5 @@
-// Prefill, then decode: one forward per token over the KV cache. Rank 0 alone holds the text:
+// Prefill, then decode: one forward per token over the KV cache. Rank 0 (of model.control())
+// alone holds the text:
 // after each sampled token (identical on every rank) it checks EOS and stop strings and
 // broadcasts a single continue/stop flag, so the ranks leave the loop together.
 #include "infer/generate.h"
@@ -35,7 +36,8 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
                         const GenerateOptions& options, const Tokenizer* tokenizer,
                         const std::function<void(std::string_view)>& on_text) {
   Communicator& tp = model.tp();
-  const bool leader = tp.rank() == 0;
+  Communicator& control = model.control();
+  const bool leader = control.rank() == 0;
   TP_CHECK(!leader || tokenizer, "[generate] rank 0 needs the tokenizer");
   TP_CHECK(!prompt.empty(), "[generate] empty prompt");
   const int64_t V = model.config().vocab_size;
@@ -82,7 +84,7 @@ GenerateResult generate(CausalLM& model, KvCache& cache, std::span<const int32_t
         if (stopped) verdict = 2;
       }
     }
-    tp.broadcast(&verdict, 1, DType::kI32, 0);
+    control.broadcast(&verdict, 1, DType::kI32, 0);
     if (!leader && verdict != 1) r.tokens.push_back(token);
     if (verdict != 0) {
       r.stop_reason = verdict == 1 ? "eos" : "stop";

@@ -120,6 +120,10 @@ class CausalLM {
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
   virtual Communicator& tp() = 0;
+  // Every rank of this model: tp() for a whole model, tp x pp for pipeline stages (StagedModel).
+  // Its rank 0 leads: it alone reads input and prints; what every rank must agree on (prompt
+  // ids, stop verdicts) is broadcast over it. Vocab shards are gathered over tp().
+  virtual Communicator& control() { return tp(); }
   // Vocab columns [begin, end) of this rank's logits; they tile [0, V) over the TP group.
   virtual Range vocab_range() const = 0;
   // A KV pool of n_blocks blocks of block_size tokens on this rank (every rank of the group

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/gguf.h"
 #include "model/shard_plan.h"
+#include "model/staged_model.h"
 #include "model/transformer.h"
 
 namespace tensorpar {
@@ -53,6 +54,21 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
     model->load_weights(WeightSource(std::move(store), path, opt));
   }
   return model;
+}
+
+std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communicator& tp, Communicator& pp,
+                                              Communicator& control, const LoadOptions& opt,
+                                              std::span<const int64_t> layer_counts) {
+  ModelConfig config;
+  auto store = open_store(path, &config);
+  const std::vector<LayerSpan> spans = split_layers(config.n_layers, pp.size(), layer_counts);
+  auto stage = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()),
+                                             spans[size_t(pp.rank())]);
+  {
+    const BufferCacheBypass bypass;
+    stage->load_weights(WeightSource(std::move(store), path, opt));
+  }
+  return std::make_unique<StagedModel>(std::move(stage), pp, control);
 }
 
 std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "comm/communicator.h"
@@ -24,6 +25,12 @@ ModelConfig read_model_config(const std::string& path);
 std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt = {},
                                      ExpertParallel experts = {});
 
+// Pipeline stage `pp.rank()` of pp.size() for inference (layers split as split_layers does
+// evenly, or by layer_counts), wrapped as a StagedModel: tp is its TP group, control every rank
+// of the model. Each rank reads only its stage's tensors.
+std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communicator& tp, Communicator& pp,
+                                              Communicator& control, const LoadOptions& opt = {},
+                                              std::span<const int64_t> layer_counts = {});
 // A model with fresh weights (Transformer::init_weights) for training from scratch.
 std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,
                                      ExpertParallel experts = {});

@@ -192,6 +192,14 @@ Tensor& Transformer::head_grad() {
 
 void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) {
   check_whole_model("Transformer::forward_batch");
+  run_batch(nullptr, logits_local, seqs, pool);
+}
+
+void Transformer::forward_stage(Tensor& hidden, Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) {
+  run_batch(&hidden, logits_local, seqs, pool);
+}
+
+void Transformer::run_batch(Tensor* hidden, Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) {
   const int64_t C = config_.hidden, bs = pool.block_size();
   Workspace& ws = *ws_;
   // Rows: every chunk's tokens, in order; logits rows: the last (or every) row of a chunk.
@@ -209,7 +217,11 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
     R += c.logits == LogitRows::kAll ? T : c.logits == LogitRows::kLast ? 1 : 0;
   }
   TP_CHECK(N >= 1, "[Transformer::forward_batch] no tokens");
-  TP_CHECK(logits_local.shape() == (Shape{R, vocab_range_.size()}) && logits_local.dtype() == DType::kF32,
+  TP_CHECK(span_.embedding || (hidden && hidden->shape() == (Shape{N, C}) && hidden->dtype() == DType::kF32),
+           "[Transformer::forward_stage] a stage without the embedding needs the previous stage's f32",
+           shape_str({N, C}), ", got ", hidden ? hidden->describe() : std::string("none"), " (layers [", span_.first,
+           ", ", span_.last, "), tp rank ", tp_.rank(), ")");
+  TP_CHECK(!span_.head || (logits_local.shape() == (Shape{R, vocab_range_.size()}) && logits_local.dtype() == DType::kF32),
            "[Transformer::forward_batch] logits_local: got ", logits_local.describe(), ", expected f32",
            shape_str({R, vocab_range_.size()}), " (rank ", tp_.rank(), ")");
   ws.ids.resize(size_t(N));
@@ -239,7 +251,10 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
     ~Restore() { e.set_row_invariant(false); }
   } restore{eng_};
   Tensor x = scratch_rows(ws.x, N, C);
-  embed(x, ws.ids.data(), ws.positions.data(), N);
+  if (span_.embedding)
+    embed(x, ws.ids.data(), ws.positions.data(), N);
+  else
+    x.copy_from(*hidden);
   AttentionRows rows;
   rows.positions = ws.positions.data();
   rows.seqs = ws.seqs;
@@ -251,6 +266,11 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
     rows.kv_dtype = pool.dtype();
     layers_[l].forward(ctx, x, x, rows, ws.acts);
   }
+  if (!span_.head) {
+    ensure_f32(*hidden, {N, C});
+    hidden->copy_from(x);
+    return;
+  }
   if (R == 0) return;
   // The final norm and the LM head only for the logits rows (gathered first).
   Tensor xr = scratch_rows(ws.acts.h1, R, C), hr = scratch_rows(ws.hf, R, C);
@@ -260,6 +280,42 @@ void Transformer::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
                        xr.data<float>(), R);
   if (logits_local.numel() > 0) matmul_forward(eng_, logits_local, hr, head_weight(), nullptr);
   softcap_logits(logits_local);
+}
+
+std::vector<LayerSpan> split_layers(int64_t n_layers, int n_stages, std::span<const int64_t> counts) {
+  TP_CHECK(n_stages >= 1, "[split_layers] stages: got ", n_stages, ", expected >= 1");
+  std::vector<int64_t> n(static_cast<size_t>(n_stages));
+  if (counts.empty()) {
+    TP_CHECK(n_layers >= n_stages, "[split_layers] ", n_layers, " layers over ", n_stages,
+             " pipeline stages: every stage needs at least one layer (lower --pp)");
+    for (int s = 0; s < n_stages; ++s) n[size_t(s)] = n_layers / n_stages + (s < n_layers % n_stages ? 1 : 0);
+  } else {
+    std::string given;
+    int64_t sum = 0;
+    for (int64_t c : counts) {
+      if (!given.empty()) given += ',';
+      given += std::to_string(c);
+      sum += c;
+    }
+    TP_CHECK(int64_t(counts.size()) == n_stages, "[split_layers] --pp-layers ", given, " names ", counts.size(),
+             " stages, expected ", n_stages, " (--pp)");
+    TP_CHECK(sum == n_layers, "[split_layers] --pp-layers ", given, " sums to ", sum, ", expected the model's ",
+             n_layers, " layers");
+    for (int s = 0; s < n_stages; ++s) {
+      TP_CHECK(counts[size_t(s)] >= 1, "[split_layers] --pp-layers ", given, ": stage ", s, " gets ",
+               counts[size_t(s)], " layers, expected >= 1");
+      n[size_t(s)] = counts[size_t(s)];
+    }
+  }
+  std::vector<LayerSpan> spans(static_cast<size_t>(n_stages));
+  int64_t first = 0;
+  for (int s = 0; s < n_stages; ++s) {
+    LayerSpan& sp = spans[size_t(s)];
+    sp.first = first, sp.last = first + n[size_t(s)];
+    sp.embedding = s == 0, sp.head = s == n_stages - 1;
+    first = sp.last;
+  }
+  return spans;
 }
 
 }  // namespace tensorpar

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct LayerSpan {
   int64_t first = 0, last = -1;
   bool embedding = true, head = true;
 };
+
+// The layer spans of n_stages stages over n_layers layers: the counts given (one per stage,
+// summing to n_layers), or an even split with the earlier stages taking one more layer when it
+// does not divide. The first stage holds the embedding, the last the final norm and LM head.
+// Throws naming the counts when they do not fit (every stage needs at least one layer).
+std::vector<LayerSpan> split_layers(int64_t n_layers, int n_stages, std::span<const int64_t> counts = {});
 
 // Where rank tp_rank of a TP group of tp_size ranks holds its experts (throws on an EP size that
 // the model or the group cannot take).
@@ -80,6 +87,11 @@ class Transformer final : public CausalLM {
   std::unique_ptr<KvPool> make_kv_pool(int64_t n_blocks, int64_t block_size) const override;
   int64_t kv_bytes_per_token() const override;
   void forward_batch(Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool) override;
+  // forward_batch through this rank's span only (a pipeline stage at inference): hidden (N, C),
+  // N = the chunks' tokens, is the previous stage's output on entry (a stage without the
+  // embedding) and this stage's on return (a stage without the head); the stage with the head
+  // writes logits_local as forward_batch does. pool: this stage's layers.
+  void forward_stage(Tensor& hidden, Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool);
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
@@ -116,6 +128,8 @@ class Transformer final : public CausalLM {
   // The layer of global index l (held here: span().first <= l < last).
   TransformerLayer& layer(int64_t l) { return layers_[size_t(l - span_.first)]; }
   void check_whole_model(const char* where) const;
+  // forward_batch / forward_stage: hidden null for the whole model.
+  void run_batch(Tensor* hidden, Tensor& logits_local, std::span<const SeqChunk> seqs, KvPool& pool);
 
   // x (N, C) = embedding rows of ids (all-reduced over tp) (+ learned positions for GPT-2;
   // times sqrt(C) for Gemma).

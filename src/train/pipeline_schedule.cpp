@@ -61,40 +61,4 @@ std::vector<PipeStep> forward_only_schedule(int stage, int n_stages, int64_t n_m
   return out;
 }
 
-std::vector<LayerSpan> split_layers(int64_t n_layers, int n_stages, std::span<const int64_t> counts) {
-  TP_CHECK(n_stages >= 1, "[split_layers] stages: got ", n_stages, ", expected >= 1");
-  std::vector<int64_t> n(static_cast<size_t>(n_stages));
-  if (counts.empty()) {
-    TP_CHECK(n_layers >= n_stages, "[split_layers] ", n_layers, " layers over ", n_stages,
-             " pipeline stages: every stage needs at least one layer (lower --pp)");
-    for (int s = 0; s < n_stages; ++s) n[size_t(s)] = n_layers / n_stages + (s < n_layers % n_stages ? 1 : 0);
-  } else {
-    std::string given;
-    int64_t sum = 0;
-    for (int64_t c : counts) {
-      if (!given.empty()) given += ',';
-      given += std::to_string(c);
-      sum += c;
-    }
-    TP_CHECK(int64_t(counts.size()) == n_stages, "[split_layers] --pp-layers ", given, " names ", counts.size(),
-             " stages, expected ", n_stages, " (--pp)");
-    TP_CHECK(sum == n_layers, "[split_layers] --pp-layers ", given, " sums to ", sum, ", expected the model's ",
-             n_layers, " layers");
-    for (int s = 0; s < n_stages; ++s) {
-      TP_CHECK(counts[size_t(s)] >= 1, "[split_layers] --pp-layers ", given, ": stage ", s, " gets ",
-               counts[size_t(s)], " layers, expected >= 1");
-      n[size_t(s)] = counts[size_t(s)];
-    }
-  }
-  std::vector<LayerSpan> spans(static_cast<size_t>(n_stages));
-  int64_t first = 0;
-  for (int s = 0; s < n_stages; ++s) {
-    LayerSpan& sp = spans[size_t(s)];
-    sp.first = first, sp.last = first + n[size_t(s)];
-    sp.embedding = s == 0, sp.head = s == n_stages - 1;
-    first = sp.last;
-  }
-  return spans;
-}
-
 }  // namespace tensorpar

@@ -42,10 +42,5 @@ std::vector<PipeStep> one_f_one_b_schedule(int stage, int n_stages, int64_t n_mi
 // Forward only (evaluation): receive, forward, send, one micro-batch after another.
 std::vector<PipeStep> forward_only_schedule(int stage, int n_stages, int64_t n_micro);
 
-// The layer spans of n_stages stages over n_layers layers: the counts given (one per stage,
-// summing to n_layers), or an even split with the earlier stages taking one more layer when it
-// does not divide. The first stage holds the embedding, the last the final norm and LM head.
-// Throws naming the counts when they do not fit (every stage needs at least one layer).
-std::vector<LayerSpan> split_layers(int64_t n_layers, int n_stages, std::span<const int64_t> counts = {});
 
 }  // namespace tensorpar

@@ -506,6 +506,55 @@ class Pipeline(CliCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+    def test_inference_stages_equal_the_whole_model(self):
+        """generate / perplexity / chat --pp: each rank holds its stage's layers; the text, the
+        perplexity and the chat replies equal the whole model's (the logits are the same floats:
+        the stages run the same layer forward in order); serve and --tp auto refuse --pp."""
+        tmp = Path(tempfile.mkdtemp(prefix="tensorpar-pp-infer-"))
+        try:
+            self.assert_ok(run([*self.ARGS, "--steps", "2", "--out", tmp / "run"]))
+            self.assert_ok(run(["export", "--checkpoint", tmp / "run", "--out", tmp / "model"]))
+            base = ["--model", tmp / "model", "--threads-per-rank", "1"]
+            gen = ["generate", *base, "-p", "Hello world", "-n", "12", "--temperature", "0"]
+            # tp 2 sums row-parallel partial products in its own order: its stages equal tp 2.
+            want = {tp: run([*gen, "--tp", tp]) for tp in ("1", "2")}
+            for tp, layout in (("1", ["--pp", "2"]), ("1", ["--pp", "3"]), ("1", ["--pp", "2", "--pp-layers", "1,2"]),
+                               ("2", ["--pp", "2"])):
+                self.assert_ok(want[tp])
+                r = run([*gen, "--tp", tp, *layout])
+                self.assert_ok(r)
+                self.assertEqual(r.stdout, want[tp].stdout, layout)
+            # Weights and cache per rank: a stage holds its layers only.
+            def per_rank(*layout):
+                r = run([*gen, "--json", *layout])
+                self.assert_ok(r)
+                return json.loads(r.stdout)["weights_kv_mb_per_rank"]
+            (whole_mb,) = per_rank()
+            staged_mb = per_rank("--pp", "3")
+            self.assertEqual(len(staged_mb), 3)
+            self.assertLess(max(staged_mb), whole_mb)
+            ppl = ["perplexity", *base, "--file", TEXT, "--json"]
+            for tp, pp in (("1", "3"), ("2", "2")):
+                want = run([*ppl, "--tp", tp])
+                self.assert_ok(want)
+                r = run([*ppl, "--tp", tp, "--pp", pp])
+                self.assert_ok(r)
+                self.assertEqual(json.loads(r.stdout)["ppl"], json.loads(want.stdout)["ppl"], (tp, pp))
+            chat = ["chat", *base, "-n", "6", "--temperature", "0", "--json"]
+            turns = "Hi there\nAnd again\n"
+            want = run(chat, stdin=turns)
+            self.assert_ok(want)
+            r = run([*chat, "--pp", "2"], stdin=turns)
+            self.assert_ok(r)
+            self.assertEqual([json.loads(l)["text"] for l in lines(r.stdout)],
+                             [json.loads(l)["text"] for l in lines(want.stdout)])
+            self.assert_fails(run(["serve", *base, "--pp", "2"]), "--pp 2", "serve", only_line=False)
+            self.assert_fails(run([*gen, "--tp", "auto", "--pp", "2"]), "--tp auto", "--pp 2", only_line=False)
+            self.assert_fails(run([*gen, "--pp", "4"]), "3 layers over 4 pipeline stages", only_line=False)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 class AutoSizes(Workdir):
     """`--tp auto` (train: also --pp / --dp auto): the command runs the planner's best plan among
     those tensorpar runs, for the ranks it has (this process's cores), and says so."""
