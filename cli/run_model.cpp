@@ -67,6 +67,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
       ->check(CLI::Range(1, 1024));
   cmd.add_option("--pp-layers", opts.pp_layers, "Layers per pipeline stage, comma-separated (default: even)")
       ->delimiter(',');
+  cmd.add_option("--pp-micro-rows", opts.pp_micro_rows,
+                 "With --pp: a forward of N rows runs through the stages as min(4 x pp, N / this) "
+                 "micro-batches so that the stages overlap (0: never cut)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 30));
 }
 
 void check_model_paths(const ModelOptions& opts, const char* command, bool needs_tokenizer) {
@@ -123,7 +127,8 @@ void run_with_model(const char* command, const CommonOptions& given, const Model
     std::unique_ptr<CausalLM> model;
     if (pp > 1) {
       mesh.emplace(timed, MeshSizes{.tp = world.size() / pp, .pp = pp});
-      model = load_pipeline_stage(mopts.model, mesh->tp(), mesh->pp(), timed, lo, mopts.pp_layers);
+      model = load_pipeline_stage(mopts.model, mesh->tp(), mesh->pp(), timed, lo, mopts.pp_layers,
+                                  mopts.pp_micro_rows);
     } else {
       model = load_model(mopts.model, timed, lo, ExpertParallel{common.ep, nullptr});
     }

@@ -24,6 +24,7 @@ struct ModelOptions {
   std::string kv_dtype = "f32";      // KV cache elements: f32 | f16
   int pp = 1;                        // pipeline stages (the world is tp x pp ranks)
   std::vector<int64_t> pp_layers;    // layers per stage (empty: even)
+  int64_t pp_micro_rows = 64;        // rows per micro-batch through the stages (0: never cut)
 };
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
 // Where the tokenizer and chat template come from: --tokenizer, else --model.

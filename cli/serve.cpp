@@ -93,13 +93,15 @@ void serve_rank0(const ServeCliOptions& o, CausalLM& model, const EngineOptions&
   HttpServer server(hc, engine, tok, tmpl);
   server.start();
   const std::string url = "http://" + hc.host + ":" + std::to_string(server.port());
-  std::fprintf(stderr, "serving %s on %s (tp %d, context %lld)\n", hc.served_model_name.c_str(),
-               url.c_str(), model.tp().size(), (long long)engine.context_length());
+  std::fprintf(stderr, "serving %s on %s (tp %d, pp %d, context %lld)\n", hc.served_model_name.c_str(),
+               url.c_str(), model.tp().size(), model.control().size() / model.tp().size(),
+               (long long)engine.context_length());
   if (o.common.json)
     std::cout << nlohmann::json{{"event", "serving"},
                                 {"model", hc.served_model_name},
                                 {"url", url},
                                 {"tp", model.tp().size()},
+                                {"pp", model.control().size() / model.tp().size()},
                                 {"context_length", engine.context_length()}}
                      .dump()
               << std::endl;
@@ -125,13 +127,11 @@ void run_serve(const ServeCliOptions& o) {
   TP_CHECK(pthread_sigmask(SIG_BLOCK, &signals, &old) == 0, "[serve] cannot block SIGINT/SIGTERM");
   try {
     check_model_paths(o.model, "serve", /*needs_tokenizer=*/true);
-    TP_CHECK(o.model.pp == 1, "[serve] --pp ", o.model.pp, ": the server runs on --tp ranks only (its engine "
-             "schedules one TP group); pipeline stages serve through generate, chat and perplexity");
     run_with_model("serve", o.common, o.model, [&](CausalLM& model) {
       EngineOptions eo = o.engine;
       eo.ctx = o.model.ctx;
       if (eo.ctx > 0) context_length(o.model, model);  // refuses a --ctx past the model's positions
-      if (model.tp().rank() == 0) {
+      if (model.control().rank() == 0) {
         serve_rank0(o, model, eo, signals);
       } else {
         Engine engine(model, nullptr, eo);

@@ -58,7 +58,7 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
 
 std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communicator& tp, Communicator& pp,
                                               Communicator& control, const LoadOptions& opt,
-                                              std::span<const int64_t> layer_counts) {
+                                              std::span<const int64_t> layer_counts, int64_t micro_batch_rows) {
   ModelConfig config;
   auto store = open_store(path, &config);
   const std::vector<LayerSpan> spans = split_layers(config.n_layers, pp.size(), layer_counts);
@@ -68,7 +68,7 @@ std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communica
     const BufferCacheBypass bypass;
     stage->load_weights(WeightSource(std::move(store), path, opt));
   }
-  return std::make_unique<StagedModel>(std::move(stage), pp, control);
+  return std::make_unique<StagedModel>(std::move(stage), pp, control, micro_batch_rows);
 }
 
 std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,

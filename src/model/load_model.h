@@ -27,10 +27,11 @@ std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, 
 
 // Pipeline stage `pp.rank()` of pp.size() for inference (layers split as split_layers does
 // evenly, or by layer_counts), wrapped as a StagedModel: tp is its TP group, control every rank
-// of the model. Each rank reads only its stage's tensors.
+// of the model. Each rank reads only its stage's tensors. micro_batch_rows: see StagedModel.
 std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communicator& tp, Communicator& pp,
                                               Communicator& control, const LoadOptions& opt = {},
-                                              std::span<const int64_t> layer_counts = {});
+                                              std::span<const int64_t> layer_counts = {},
+                                              int64_t micro_batch_rows = 64);
 // A model with fresh weights (Transformer::init_weights) for training from scratch.
 std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,
                                      ExpertParallel experts = {});

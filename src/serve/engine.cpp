@@ -108,13 +108,13 @@ struct Engine::Impl {
   void run_leader(Engine& e);
   void run_follower(Engine& e);
   // Runs a plan on this rank, then gathers every rank's (collective, compute) seconds of it to
-  // the metrics (one small all_gather; rank 0 records). Collective over tp.
+  // the metrics (one small all_gather; rank 0 records). Collective over model.control().
   std::vector<RowSample> step(Engine& e, StepRunner& runner, const StepPlan& plan);
 };
 
 Engine::Engine(CausalLM& model, const Tokenizer* tokenizer, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, tokenizer, options)), metrics_(std::make_unique<ServeMetrics>()) {
-  Communicator& tp = model.tp();
+  Communicator& tp = model.control();
   TP_CHECK(tp.rank() != 0 || tokenizer, "[Engine] rank 0 needs the tokenizer");
   const EngineOptions& o = options;
   TP_CHECK(o.max_seqs >= 1 && o.max_batch_tokens >= o.max_seqs && o.block_size >= 1 && o.max_queue >= 1,
@@ -153,7 +153,7 @@ Engine::~Engine() = default;
 
 std::shared_ptr<RequestHandle> Engine::submit(std::vector<int32_t> prompt, const GenerationParams& params) {
   Impl& im = *impl_;
-  TP_CHECK(im.model.tp().rank() == 0, "[Engine::submit] only rank 0 takes requests");
+  TP_CHECK(im.model.control().rank() == 0, "[Engine::submit] only rank 0 takes requests");
   if (prompt.empty()) throw SubmitError(400, "the prompt is empty");
   const int64_t V = im.model.config().vocab_size;
   for (int32_t id : prompt)
@@ -281,7 +281,7 @@ void Engine::Impl::emit(Engine& e, Sequence& s, const RowSample& x) {
 }
 
 void Engine::Impl::run_leader(Engine& e) {
-  Communicator& tp = model.tp();
+  Communicator& tp = model.control();
   StepRunner runner(model, *pool);
   StepPacer pacer;
   ServeMetrics& m = *e.metrics_;
@@ -353,7 +353,7 @@ void Engine::Impl::run_leader(Engine& e) {
 }
 
 std::vector<RowSample> Engine::Impl::step(Engine& e, StepRunner& runner, const StepPlan& plan) {
-  Communicator& tp = model.tp();
+  Communicator& tp = model.control();
   const auto* timed = dynamic_cast<const TimedCommunicator*>(&tp);
   const double c0 = timed ? timed->seconds() : 0;
   const auto t0 = Clock::now();
@@ -376,7 +376,7 @@ std::vector<RowSample> Engine::Impl::step(Engine& e, StepRunner& runner, const S
 }
 
 void Engine::Impl::run_follower(Engine& e) {
-  Communicator& tp = model.tp();
+  Communicator& tp = model.control();
   StepRunner runner(model, *pool);
   for (;;) {
     const StepPlan plan = broadcast_plan(StepPlan{}, tp);
@@ -387,7 +387,7 @@ void Engine::Impl::run_follower(Engine& e) {
 
 void Engine::run() {
   Impl& im = *impl_;
-  const bool leader = im.model.tp().rank() == 0;
+  const bool leader = im.model.control().rank() == 0;
   State s = State::kStarting;
   state_.compare_exchange_strong(s, State::kRunning);
   try {

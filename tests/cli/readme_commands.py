@@ -89,6 +89,8 @@ SUBSTITUTIONS = [
     (r"", r"(?<=--model )DIR\b", str(HF_DIR), "DIR (an HF model directory) -> the llama_gqa fixture", True),
     (r"tensorpar perplexity", r"--ctx \d+", f"--ctx {FIXTURE_POSITIONS}",
      "the fixtures have 128 positions and a longer --ctx is refused", True),
+    (r"tensorpar perplexity", r"--pp-layers \d+,\d+", "--pp-layers 1,1",
+     "the 2-layer fixture for SmolLM2's 30 layers: one layer per stage", True),
     # A training run from scratch (--arch): a 2-layer, hidden-48 model on 32-token sequences.
     (r"tensorpar train --arch", r"--layers \d+", "--layers 2", "tiny model (2 layers: --pp 2 needs 2)", True),
     (r"tensorpar train --arch", r"--hidden \d+", "--hidden 48", "tiny model (48 divides by 6 heads)", True),
@@ -517,7 +519,10 @@ class ReadmeCommands(unittest.TestCase):
                     self.assertIn(key, objs[0])
                 tp = re.search(r"--tp (\d+)", r.script)
                 world = re.search(r"-np (\d+)", r.script)
+                pp = re.search(r"--pp (\d+)", r.script)
                 ranks = int(tp.group(1)) if tp else int(world.group(1)) if world else 1
+                if pp and not world:
+                    ranks *= int(pp.group(1))
                 self.assertEqual(len(objs[0]["weights_kv_mb_per_rank"]), ranks, "one entry per rank")
 
     def test_chat_json_is_one_object_per_turn_with_the_fields_listed(self):

@@ -67,24 +67,55 @@ TEST_P(StagedModelTest, LogitsEqualTheWholeModelBitwise) {
         if (!counts.empty() && int64_t(counts.size()) != pp) continue;
         SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp) + " pp " + std::to_string(pp) +
                      (counts.empty() ? " even" : " uneven"));
-        std::vector<Logits> got(size_t(tp * pp));
-        run_model_ranks(tp * pp, [&](Communicator& world) {
-          DeviceMesh mesh(world, {.tp = tp, .pp = pp});
-          auto m = load_pipeline_stage(path, mesh.tp(), mesh.pp(), world, {}, counts);
-          got[size_t(world.rank())] = run_logits(*m, mesh.tp());
-        });
-        for (size_t r = 0; r < got.size(); ++r) {
-          EXPECT_EQ(got[r].prompt, whole.prompt) << "world rank " << r;
-          EXPECT_EQ(got[r].decode, whole.decode) << "world rank " << r;
+        // Whole forwards (micro-batches of 64 rows: these are 9 and 2) and cut into micro-batches
+        // of at least 1 row (pp of them, chunks split across them).
+        for (int64_t micro_rows : {int64_t(64), int64_t(1)}) {
+          std::vector<Logits> got(size_t(tp * pp));
+          run_model_ranks(tp * pp, [&](Communicator& world) {
+            DeviceMesh mesh(world, {.tp = tp, .pp = pp});
+            auto m = load_pipeline_stage(path, mesh.tp(), mesh.pp(), world, {}, counts, micro_rows);
+            got[size_t(world.rank())] = run_logits(*m, mesh.tp());
+          });
+          for (size_t r = 0; r < got.size(); ++r) {
+            EXPECT_EQ(got[r].prompt, whole.prompt) << "world rank " << r << ", micro-batch rows " << micro_rows;
+            EXPECT_EQ(got[r].decode, whole.decode) << "world rank " << r << ", micro-batch rows " << micro_rows;
+          }
+          if (micro_rows == 1) continue;
+          EXPECT_LT(got[0].weight_bytes, whole.weight_bytes);
+          EXPECT_LT(got[0].kv_bytes_per_token, whole.kv_bytes_per_token);
         }
-        EXPECT_LT(got[0].weight_bytes, whole.weight_bytes);
-        EXPECT_LT(got[0].kv_bytes_per_token, whole.kv_bytes_per_token);
       }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, StagedModelTest,
                          ::testing::Values("llama_gqa", "gpt2", "gemma3_tiny", "gemma3_pattern", "qwen2_moe_tiny"));
+
+// Micro-batches of about N / n rows in chunk order; a chunk cut at a token keeps its logits
+// request on its last part only, so the logits rows keep their order and count.
+TEST(StagedModelTest, SplitsRowsIntoMicroBatches) {
+  const std::vector<int32_t> a(7, 1), b(2, 2), blocks{0, 1, 2};
+  SeqChunk ca, cb;
+  ca.tokens = a, ca.pos0 = 3, ca.blocks = blocks, ca.logits = LogitRows::kLast;
+  cb.tokens = b, cb.pos0 = 0, cb.blocks = blocks, cb.logits = LogitRows::kAll;
+  const SeqChunk seqs[2] = {ca, cb};
+  auto describe = [](const std::vector<std::vector<SeqChunk>>& mbs) {
+    std::string s;
+    for (const auto& mb : mbs) {
+      s += "[";
+      for (const SeqChunk& c : mb)
+        s += std::to_string(c.pos0) + "+" + std::to_string(c.tokens.size()) +
+             (c.logits == LogitRows::kAll ? "a" : c.logits == LogitRows::kLast ? "l" : "n") + " ";
+      s += "]";
+    }
+    return s;
+  };
+  EXPECT_EQ(describe(split_micro_batches(seqs, 1)), "[3+7l 0+2a ]");
+  EXPECT_EQ(describe(split_micro_batches(seqs, 2)), "[3+5n ][8+2l 0+2a ]");
+  EXPECT_EQ(describe(split_micro_batches(seqs, 3)), "[3+3n ][6+3n ][9+1l 0+2a ]");
+  EXPECT_EQ(describe(split_micro_batches(seqs, 100)).size(), describe(split_micro_batches(seqs, 9)).size());
+  EXPECT_EQ(split_micro_batches(seqs, 9).size(), 9u);  // at most one micro-batch per row
+}
 
 TEST(StagedModelTest, RefusesTraining) {
   const std::string path = model_fixture("llama_gqa");

@@ -13,6 +13,7 @@
 
 #include "infer/generate.h"
 #include "model/load_model.h"
+#include "parallel/mesh.h"
 #include "model/model_test_util.h"
 #include "model/tokenizer_loader.h"
 #include "serve/engine.h"
@@ -93,13 +94,26 @@ TEST(Engine, ConcurrentRequestsEqualTheirSoloRuns) {
     prompts.push_back(tok.encode(text));
   }
   constexpr int64_t kNew = 10;
-  for (auto [tp, kv] : {std::pair{1, DType::kF32}, std::pair{2, DType::kF32}, std::pair{2, DType::kF16}}) {
-    SCOPED_TRACE("tp " + std::to_string(tp) + " kv " + std::string(dtype_name(kv)));
+  // pp 2: two pipeline stages (StagedModel), a step's rows cut into micro-batches of >= 8 rows.
+  struct Layout {
+    int tp, pp;
+    DType kv;
+  };
+  for (auto [tp, pp, kv] : {Layout{1, 1, DType::kF32}, Layout{2, 1, DType::kF32}, Layout{2, 1, DType::kF16},
+                            Layout{1, 2, DType::kF32}}) {
+    SCOPED_TRACE("tp " + std::to_string(tp) + " pp " + std::to_string(pp) + " kv " + std::string(dtype_name(kv)));
     std::vector<Collected> got(prompts.size());
     std::vector<std::vector<int32_t>> want(prompts.size());
     int64_t preemptions = 0;
-    testing::run_model_ranks(tp, [&](Communicator& world) {
-      auto m = load_model(model_path(), world);
+    testing::run_model_ranks(tp * pp, [&](Communicator& world) {
+      std::optional<DeviceMesh> mesh;
+      std::unique_ptr<CausalLM> m;
+      if (pp > 1) {
+        mesh.emplace(world, MeshSizes{.tp = tp, .pp = pp});
+        m = load_pipeline_stage(model_path(), mesh->tp(), mesh->pp(), world, {}, {}, 8);
+      } else {
+        m = load_model(model_path(), world);
+      }
       m->set_kv_dtype(kv);  // the cache of the solo runs and of the engine alike
       const bool leader = world.rank() == 0;
       // Alone, one after another, through the one-sequence generation loop.
