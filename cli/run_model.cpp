@@ -62,8 +62,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "tokens; the query rounded to f16 for the scores, as llama.cpp's default cache)")
       ->check(CLI::IsMember({"f32", "f16"}));
   cmd.add_option("--pp", opts.pp,
-                 "Pipeline stages: the layers split over --pp groups of --tp ranks (world tp x pp), "
-                 "each rank holding its stage's weights and KV cache; the stages run one after another")
+                 "Pipeline stages: the layers split over this many groups of tp ranks (world tp x pp), "
+                 "each rank holding its stage's weights and KV cache")
       ->check(CLI::Range(1, 1024));
   cmd.add_option("--pp-layers", opts.pp_layers, "Layers per pipeline stage, comma-separated (default: even)")
       ->delimiter(',');

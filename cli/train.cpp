@@ -148,6 +148,14 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
                         {"ms_per_step", l.ms}, {"lr", l.lr},     {"grad_norm", l.grad_norm}};
     if (l.val_loss) j["val_loss"] = *l.val_loss;
     j["activation_bytes"] = l.activation_bytes;
+    if (!l.comm_s.empty()) {
+      // The step-time breakdown: seconds in each group's communication, the rest compute.
+      nlohmann::json comm = nlohmann::json::object();
+      double in_comm = 0;
+      for (const auto& [group, s] : l.comm_s) comm[group] = s, in_comm += s;
+      j["comm_s"] = comm;
+      j["compute_s"] = l.ms / 1000 - in_comm;
+    }
     if (!l.expert_load.empty()) j["expert_load"] = l.expert_load;
     if (!saved.empty()) j["checkpoint"] = saved;
     if (!l.removed_checkpoints.empty()) j["removed_checkpoints"] = l.removed_checkpoints;
@@ -282,7 +290,9 @@ void run_train(TrainCliOptions& o) {
     TimedCommunicator timed(world);
     DeviceMesh mesh(timed, {.tp = tp_size, .dp = o.dp, .pp = o.pp, .ep = o.common.ep});
     const ExpertParallel experts{1, o.common.ep > 1 ? &mesh.ep() : nullptr};
-    Communicator& tp = mesh.tp();
+    // Each group timed on its own too: the step-time breakdown (StepLog::comm_s).
+    TimedCommunicator tp_timed(mesh.tp()), pp_timed(mesh.pp()), dp_timed(mesh.dp());
+    Communicator& tp = tp_timed;
     const bool lead = world.rank() == 0;
     // Rank 0 reads and tokenises the corpus; the others receive it.
     TokenCorpus corpus;
@@ -318,7 +328,7 @@ void run_train(TrainCliOptions& o) {
       const std::vector<LayerSpan> spans = split_layers(config.n_layers, o.pp, o.pp_layers);
       auto stage = std::make_unique<Transformer>(config, tp, 32, spans[size_t(mesh.pp_rank())]);
       stage->init_weights(o.init_seed);
-      pipeline = std::make_unique<Pipeline>(*stage, mesh.pp());
+      pipeline = std::make_unique<Pipeline>(*stage, pp_timed);
       model = std::move(stage);
     } else if (!o.pp_layers.empty()) {
       split_layers(config.n_layers, 1, o.pp_layers);  // names a bad list; one count is the model
@@ -345,8 +355,9 @@ void run_train(TrainCliOptions& o) {
       topt.poison = parse_poisoned_batch(poison);
     topt.extra_state = {
         {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
-    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &mesh.dp() : nullptr, pipeline.get(),
+    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &dp_timed : nullptr, pipeline.get(),
                     experts.dispatch, experts.dispatch ? &mesh.edp() : nullptr);
+    trainer.time_groups({{"tp", &tp_timed}, {"pp", &pp_timed}, {"dp", &dp_timed}});
     if (!o.resume.empty()) {
       const std::string schedule_note = trainer.resume(o.resume);
       if (lead)

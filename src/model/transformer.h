@@ -106,6 +106,7 @@ class Transformer final : public CausalLM {
  private:
   struct Workspace;
   struct TrainState;
+  struct TrainScratch;
   friend void load_llama(Transformer&, const WeightSource&);
   friend void load_gpt2(Transformer&, const WeightSource&);
   friend void load_gemma3(Transformer&, const WeightSource&);
@@ -174,6 +175,7 @@ class Transformer final : public CausalLM {
   std::vector<TransformerLayer> layers_;
   std::unique_ptr<Workspace> ws_;
   std::unique_ptr<TrainState> train_;
+  std::unique_ptr<TrainScratch> scratch_;
   std::map<int64_t, std::unique_ptr<TrainState>> stage_micro_;  // pipeline: activations per micro-batch
   std::vector<std::unique_ptr<TrainState>> stage_spare_;          // released ones, reused
   TrainCompute compute_;

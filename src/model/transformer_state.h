@@ -24,10 +24,7 @@ struct Transformer::TrainState {
   Tensor hf, meanf, rstdf, logits, lse;  // (N, C), (N), (N), (N, V_local), (N)
   Tensor d_logits, d_h, d_x;             // backward scratch: (N, V_local), (N, C), (N, C)
   // Sequence parallel (TrainCompute::sequence_parallel): inputs, hf, meanf, rstdf, d_h and d_x
-  // hold this rank's rows only; hf_full is the LM head's gathered input, full an (N, C) scratch
-  // (the embedding's output, then its gradient), sp the layers' gathered buffers.
-  Tensor hf_full, full;
-  SequenceParallelScratch sp;
+  // hold this rank's rows only (the gathered buffers are TrainScratch's).
   std::vector<int64_t> positions;
   std::vector<int64_t> ids;  // the step's tokens (N), for the embedding's backward
   Tensor targets;            // (N) view of the caller's targets (the last stage's loss)
@@ -38,6 +35,15 @@ struct Transformer::TrainState {
   std::vector<float> aux_dprob, aux_dprob_scaled;
   float z_dlse = 0;  // the router z-loss's gradient per unit of lse and of loss scale
   void invalidate() { *this = TrainState{}; }
+};
+
+// What a training forward or backward needs only while it runs, shared by every micro-batch a
+// pipeline stage holds (they run one at a time): under sequence parallelism the layers'
+// gathered (N, C) buffers, which outside the layers also hold the LM head's gathered input
+// (sp.full) and the embedding's output, its gradient and the head's input gradient
+// (sp.full_grad).
+struct Transformer::TrainScratch {
+  SequenceParallelScratch sp;
 };
 
 }  // namespace tensorpar

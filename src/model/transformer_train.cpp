@@ -37,12 +37,13 @@ int64_t Transformer::activation_bytes() const {
     for (const Tensor& t : s.inputs) add(t);
     for (const LayerActs& a : s.layers) n += tensorpar::activation_bytes(a);
     n += tensorpar::activation_bytes(s.recomputed);
-    for (const Tensor* t : {&s.hf, &s.meanf, &s.rstdf, &s.logits, &s.lse, &s.d_logits, &s.d_h, &s.d_x, &s.hf_full,
-                            &s.full, &s.sp.full, &s.sp.full_grad, &s.sp.partial})
-      add(*t);
+    for (const Tensor* t : {&s.hf, &s.meanf, &s.rstdf, &s.logits, &s.lse, &s.d_logits, &s.d_h, &s.d_x}) add(*t);
     return n;
   };
   int64_t n = state_bytes(*train_);
+  const TrainScratch& ts = *scratch_;
+  for (const Tensor* t : {&ts.sp.full, &ts.sp.full_grad, &ts.sp.partial})
+    n += t->defined() ? t->nbytes() : 0;
   for (const auto& [micro, s] : stage_micro_) n += state_bytes(*s);
   for (const auto& s : stage_spare_) n += state_bytes(*s);
   return n;
@@ -107,8 +108,9 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   const AttentionRows rows = dense_rows(s.positions, s.B, s.T);
   LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch};
   ctx.moe_capacity_factor = compute_.moe_capacity_factor;
-  s.sp.rows = N;
-  if (sp) ctx.sequence_parallel = &s.sp;
+  TrainScratch& ts = *scratch_;
+  ts.sp.rows = N;
+  if (sp) ctx.sequence_parallel = &ts.sp;
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
 
   // inputs[l] is local layer l's input, inputs[L] the span's output. A recomputed layer (and
@@ -120,9 +122,9 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   s.layers.resize(size_t(L));
   for (Tensor& x : s.inputs) ensure_f32(x, {Nl, C});
   if (span_.embedding && sp) {
-    ensure_f32(s.full, {N, C});
-    embed(s.full, s.ids.data(), s.positions.data(), N);
-    scatter_to_sequence_parallel_region_forward(s.inputs[0], s.full, tp_);
+    ensure_f32(ts.sp.full_grad, {N, C});
+    embed(ts.sp.full_grad, s.ids.data(), s.positions.data(), N);
+    scatter_to_sequence_parallel_region_forward(s.inputs[0], ts.sp.full_grad, tp_);
   } else if (span_.embedding) {
     embed(s.inputs[0], s.ids.data(), s.positions.data(), N);
   } else {
@@ -160,11 +162,11 @@ float Transformer::span_forward(TrainState& s, const Tensor& tokens, const Tenso
   ensure_f32(s.hf, {Nl, C}), ensure_f32(s.rstdf, {Nl}), ensure_f32(s.meanf, {Nl});
   final_norm_->forward(s.hf.data<float>(), s.meanf.data<float>(), s.rstdf.data<float>(), x_last.data<float>(), Nl);
   if (sp) {
-    ensure_f32(s.hf_full, {N, C});
-    gather_from_sequence_parallel_region_forward(s.hf_full, s.hf, tp_);
+    ensure_f32(ts.sp.full, {N, C});
+    gather_from_sequence_parallel_region_forward(ts.sp.full, s.hf, tp_);
   }
   ensure_f32(s.logits, {N, vocab_range_.size()});
-  if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, sp ? s.hf_full : s.hf, head_weight(), nullptr);
+  if (s.logits.numel() > 0) matmul_forward(eng_, s.logits, sp ? ts.sp.full : s.hf, head_weight(), nullptr);
   softcap_logits(s.logits);
   ensure_f32(s.lse, {N});
   s.targets = targets.reshape({N});
@@ -206,7 +208,9 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
   for (size_t e = 0; e < s.aux_dprob.size(); ++e) s.aux_dprob_scaled[e] = s.aux_dprob[e] * loss_scale;
   LayerContext ctx{eng_, tp_, kv_group_.get(), ep_.dispatch, s.aux_dprob_scaled, s.z_dlse * loss_scale,
                    compute_.moe_capacity_factor};
-  if (sp) ctx.sequence_parallel = &s.sp;
+  TrainScratch& ts = *scratch_;
+  ts.sp.rows = N;
+  if (sp) ctx.sequence_parallel = &ts.sp;
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;
@@ -222,11 +226,15 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     softcap_logits_backward(d_logits, s.logits);
     // The LM head's input gradient is Partial over the vocab: summed over tp (all-reduce), or
     // under sequence parallelism summed into this rank's rows (reduce-scatter).
-    Tensor& d_head_in = sp ? s.full : d_h;
+    Tensor& d_head_in = sp ? ts.sp.full_grad : d_h;
     ensure_f32(d_head_in, {N, C});
     d_head_in.fill_zero();
+    if (sp) {  // the head's input again: only this rank's rows were kept
+      ensure_f32(ts.sp.full, {N, C});
+      gather_from_sequence_parallel_region_forward(ts.sp.full, s.hf, tp_);
+    }
     if (d_logits.numel() > 0)
-      matmul_backward(eng_, &d_head_in, &head_grad(), nullptr, d_logits, sp ? s.hf_full : s.hf, head_weight());
+      matmul_backward(eng_, &d_head_in, &head_grad(), nullptr, d_logits, sp ? ts.sp.full : s.hf, head_weight());
     if (sp)
       gather_from_sequence_parallel_region_backward(d_h, d_head_in, tp_);
     else
@@ -255,7 +263,7 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     std::memcpy(d_in->data<float>(), d_x.data<float>(), size_t(Nl * C) * sizeof(float));
     return;
   }
-  Tensor& d_embedded = sp ? s.full : d_x;  // every row's gradient, whichever rank holds the row
+  Tensor& d_embedded = sp ? ts.sp.full_grad : d_x;  // every row's gradient, whichever rank holds the row
   if (sp) {
     ensure_f32(d_embedded, {N, C});
     scatter_to_sequence_parallel_region_backward(d_embedded, d_x, tp_);

@@ -121,6 +121,8 @@ bool Trainer::any_rank(bool mine) {
 
 StepLog Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> comm0;
+  for (const auto& [name, timer] : timed_groups_) comm0.push_back(timer->seconds());
   const int64_t n_micro = o_.batch / o_.micro_batch;  // over the DP group
   const int64_t batch = batch_for_step(step_, skipped_);
   // The test hook's NaN: every gradient of the poisoned batch becomes NaN, as after an overflow.
@@ -178,6 +180,8 @@ StepLog Trainer::train_step() {
     ++totals_.optimizer_steps;
   }
   log.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  for (size_t i = 0; i < timed_groups_.size(); ++i)
+    log.comm_s.emplace_back(timed_groups_[i].first, timed_groups_[i].second->seconds() - comm0[i]);
   log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
   return log;
 }

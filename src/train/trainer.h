@@ -14,8 +14,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "comm/timed_communicator.h"
 #include "model/causal_lm.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_retention.h"
@@ -81,6 +83,10 @@ struct StepLog {
   // (this rank's tokens; empty for a dense model).
   std::vector<std::vector<double>> expert_load;
   int64_t activation_bytes = 0;  // this rank's (CausalLM::activation_bytes after the step)
+  // Seconds of this step this rank spent in each timed group's collectives and point-to-point
+  // calls (Trainer::time_groups), by group name; the rest of `ms` is compute and the rank's own
+  // work. Time in a collective includes waiting for the slowest rank to reach it.
+  std::vector<std::pair<std::string, double>> comm_s;
   // Checkpoint directories this step's save made retention remove (world rank 0 only: the rank
   // that removes them).
   std::vector<std::string> removed_checkpoints;
@@ -109,6 +115,12 @@ class Trainer {
   // One optimizer step (all micro-batches); returns its log (without val_loss). A diverged step
   // throws Error (policy stop) or rolls back (policy rollback) and returns the incident.
   StepLog train_step();
+  // Time each step's collectives in these groups (name, timer), for StepLog::comm_s: e.g. "tp",
+  // "pp" (the pipeline's sends and receives: transfer and waiting on the other stages), "dp"
+  // (the gradient reduction, none of it overlapped with compute).
+  void time_groups(std::vector<std::pair<std::string, const TimedCommunicator*>> groups) {
+    timed_groups_ = std::move(groups);
+  }
   // Mean loss over the fixed validation batches.
   float evaluate();
   // Saves a checkpoint of this step, then applies the retention policy; returns the directories
@@ -135,6 +147,7 @@ class Trainer {
   // The step's micro-batch i of batch `batch` (1-based), poisoned when the test hook says so.
   void draw_batch(int64_t batch, int64_t i, Tensor& tokens, Tensor& targets) const;
 
+  std::vector<std::pair<std::string, const TimedCommunicator*>> timed_groups_;
   CausalLM& model_;
   const TokenCorpus& corpus_;
   TrainOptions o_;

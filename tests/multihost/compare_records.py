@@ -1,4 +1,4 @@
-"""Compares two `tensorpar train --json` streams (timing fields and checkpoint names ignored): the same records, each
+"""Compares two `tensorpar train --json` streams (timing fields, buffer sizes and checkpoint names ignored): the same records, each
 number within a relative 1e-5 of the other. Prints whether they agree bit for bit. Exit 1 if not.
 With FROM_STEP, only A's records of that step and later (B: a run resumed there).
 Usage: compare_records.py NAME A B [FROM_STEP]"""
@@ -9,7 +9,8 @@ import sys
 name, a_path, b_path = sys.argv[1:4]
 a = [json.loads(line) for line in open(a_path) if line.strip()]
 b = [json.loads(line) for line in open(b_path) if line.strip()]
-IGNORED = {"tokens_per_s", "ms_per_step", "checkpoint"}
+# Timings and buffer sizes (a resumed run's buffers grew in another order) are not training state.
+IGNORED = {"tokens_per_s", "ms_per_step", "compute_s", "comm_s", "activation_bytes", "checkpoint"}
 a = [{k: v for k, v in r.items() if k not in IGNORED} for r in a]
 b = [{k: v for k, v in r.items() if k not in IGNORED} for r in b]
 if len(sys.argv) > 4:
