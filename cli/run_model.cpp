@@ -113,9 +113,10 @@ void run_with_model(const char* command, const CommonOptions& given, const Model
   lc.n_ranks = common.tp * pp;
   lc.threads_per_rank = common.threads_per_rank;
   launch_ranks(lc, [&](Communicator& world) {
-    TP_CHECK(!is_mpi_job(lc.backend) || (common.tp == 1 && pp == 1) || common.tp * pp == world.size(), "[",
-             command, "] --tp ", common.tp, " x --pp ", pp, " does not match the MPI world of ", world.size(),
-             " ranks (start mpirun -np ", common.tp * pp, ", or leave --tp out to use the whole world)");
+    // Under a launcher without --tp the world is the model: world / pp TP ranks per stage.
+    TP_CHECK(!is_mpi_job(lc.backend) || common.tp == 1 || common.tp * pp == world.size(), "[", command, "] --tp ",
+             common.tp, " x --pp ", pp, " does not match the MPI world of ", world.size(), " ranks (start mpirun -np ",
+             common.tp * pp, ", or leave --tp out to use the whole world)");
     TP_CHECK(world.size() % pp == 0, "[", command, "] --pp ", pp, " does not divide the world of ", world.size(),
              " ranks");
     check_tp_size(world.size() / pp, config, command);
