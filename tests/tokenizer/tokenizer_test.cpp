@@ -202,8 +202,13 @@ TEST(Tokenizer, RoundTripsRandomUtf8AndBytes) {
       }
     }
     // Byte fallback keeps every byte of valid text that NFKC leaves alone. (Normalized whole:
-    // a text that starts with a combining mark composes with the "x", e.g. x + U+0308 -> U+1E8D.)
-    EXPECT_EQ(more[0].decode(more[0].encode("x" + text)), more[0].normalize("x" + text));
+    // a text that starts with a combining mark composes with the "x", e.g. x + U+0308 -> U+1E8D.
+    // The decoder reads every U+2581 as the space it stands for, a literal one too, as HF
+    // tokenizers' Replace decoder does: the text drawn for TENSORPAR_TEST_SEED=64284480710785
+    // holds one.)
+    std::string want = more[0].normalize("x" + text);
+    for (size_t at; (at = want.find("\xE2\x96\x81")) != std::string::npos;) want.replace(at, 3, " ");
+    EXPECT_EQ(more[0].decode(more[0].encode("x" + text)), want);
     // Llama 3 has every byte token: exact round trip of any text.
     EXPECT_EQ(toks[1].decode(toks[1].encode(text)), text);
   }
