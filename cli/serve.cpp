@@ -93,15 +93,15 @@ void serve_rank0(const ServeCliOptions& o, CausalLM& model, const EngineOptions&
   HttpServer server(hc, engine, tok, tmpl);
   server.start();
   const std::string url = "http://" + hc.host + ":" + std::to_string(server.port());
+  const int pp = model.control().size() / model.tp().size();
   std::fprintf(stderr, "serving %s on %s (tp %d, pp %d, context %lld)\n", hc.served_model_name.c_str(),
-               url.c_str(), model.tp().size(), model.control().size() / model.tp().size(),
-               (long long)engine.context_length());
+               url.c_str(), model.tp().size(), pp, (long long)engine.context_length());
   if (o.common.json)
     std::cout << nlohmann::json{{"event", "serving"},
                                 {"model", hc.served_model_name},
                                 {"url", url},
                                 {"tp", model.tp().size()},
-                                {"pp", model.control().size() / model.tp().size()},
+                                {"pp", pp},
                                 {"context_length", engine.context_length()}}
                      .dump()
               << std::endl;

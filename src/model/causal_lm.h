@@ -51,6 +51,11 @@ struct SeqChunk {
   LogitRows logits = LogitRows::kLast;
 };
 
+// The logits rows a chunk asks for.
+inline int64_t logit_rows(const SeqChunk& c) {
+  return c.logits == LogitRows::kAll ? int64_t(c.tokens.size()) : c.logits == LogitRows::kLast ? 1 : 0;
+}
+
 // Keys and values of one sequence: a pool of its own with blocks 0, 1, ... in order.
 class KvCache {
  public:

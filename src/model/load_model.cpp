@@ -43,32 +43,35 @@ ModelConfig read_model_config(const std::string& path) {
   return ModelConfig::from_hf_file((std::filesystem::path(path) / "config.json").string());
 }
 
-std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt,
-                                     ExpertParallel experts) {
+namespace {
+
+// Stage `stage` of `stages` (split_layers; one stage: the whole model), read from the file.
+std::unique_ptr<Transformer> load_transformer(const std::string& path, Communicator& tp, const LoadOptions& opt,
+                                              ExpertParallel experts, int stages, int stage,
+                                              std::span<const int64_t> layer_counts = {}) {
   ModelConfig config;
   auto store = open_store(path, &config);
-  auto model = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()), LayerSpan{}, experts);
-  {
-    // Loading's temporaries (slices read, converted and dropped) are unmapped, not kept for reuse.
-    const BufferCacheBypass bypass;
-    model->load_weights(WeightSource(std::move(store), path, opt));
-  }
+  const LayerSpan span = split_layers(config.n_layers, stages, layer_counts)[size_t(stage)];
+  auto model = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()), span, experts);
+  // Loading's temporaries (slices read, converted and dropped) are unmapped, not kept for reuse.
+  const BufferCacheBypass bypass;
+  model->load_weights(WeightSource(std::move(store), path, opt));
   return model;
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_model(const std::string& path, Communicator& tp, const LoadOptions& opt,
+                                     ExpertParallel experts) {
+  return load_transformer(path, tp, opt, experts, 1, 0);
 }
 
 std::unique_ptr<CausalLM> load_pipeline_stage(const std::string& path, Communicator& tp, Communicator& pp,
                                               Communicator& control, const LoadOptions& opt,
                                               std::span<const int64_t> layer_counts, int64_t micro_batch_rows) {
-  ModelConfig config;
-  auto store = open_store(path, &config);
-  const std::vector<LayerSpan> spans = split_layers(config.n_layers, pp.size(), layer_counts);
-  auto stage = std::make_unique<Transformer>(config, tp, ffn_alignment(config, store->tensors()),
-                                             spans[size_t(pp.rank())]);
-  {
-    const BufferCacheBypass bypass;
-    stage->load_weights(WeightSource(std::move(store), path, opt));
-  }
-  return std::make_unique<StagedModel>(std::move(stage), pp, control, micro_batch_rows);
+  return std::make_unique<StagedModel>(
+      load_transformer(path, tp, opt, {}, pp.size(), pp.rank(), layer_counts), pp, control,
+      micro_batch_rows);
 }
 
 std::unique_ptr<CausalLM> init_model(const ModelConfig& config, Communicator& tp, uint64_t seed,

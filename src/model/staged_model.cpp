@@ -18,13 +18,10 @@ std::vector<std::vector<SeqChunk>> split_micro_batches(std::span<const SeqChunk>
     int64_t at = 0;
     const int64_t T = int64_t(c.tokens.size());
     while (at < T) {
-      // Micro-batch m ends at row ceil((m + 1) N / n_micro).
+      // Micro-batch m ends at row ceil((m + 1) N / n_micro); it is left as soon as it is full,
+      // so it always has room here (n_micro <= N: every end is past the one before).
       const int64_t end = ((int64_t(m) + 1) * N + n_micro - 1) / n_micro;
-      const int64_t take = std::min(T - at, std::max<int64_t>(end - done, 0));
-      if (take == 0) {
-        ++m;
-        continue;
-      }
+      const int64_t take = std::min(T - at, end - done);
       SeqChunk part = c;
       part.tokens = c.tokens.subspan(size_t(at), size_t(take));
       part.pos0 = c.pos0 + at;
@@ -68,11 +65,7 @@ void StagedModel::forward_batch(Tensor& logits_local, std::span<const SeqChunk> 
   int64_t r0 = 0;  // the micro-batch's first logits row
   for (const std::vector<SeqChunk>& mb : micro) {
     int64_t rows = 0, R = 0;
-    for (const SeqChunk& c : mb) {
-      const int64_t T = int64_t(c.tokens.size());
-      rows += T;
-      R += c.logits == LogitRows::kAll ? T : c.logits == LogitRows::kLast ? 1 : 0;
-    }
+    for (const SeqChunk& c : mb) rows += int64_t(c.tokens.size()), R += logit_rows(c);
     if (stage > 0) {
       ensure_f32(hidden_, {rows, C});
       pp_.recv(hidden_.raw(), rows * C, DType::kF32, stage - 1);

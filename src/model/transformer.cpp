@@ -214,7 +214,7 @@ void Transformer::run_batch(Tensor* hidden, Tensor& logits_local, std::span<cons
       TP_CHECK(b >= 0 && b < pool.n_blocks(), "[Transformer::forward_batch] block ", b, " outside the pool of ",
                pool.n_blocks());
     N += T;
-    R += c.logits == LogitRows::kAll ? T : c.logits == LogitRows::kLast ? 1 : 0;
+    R += logit_rows(c);
   }
   TP_CHECK(N >= 1, "[Transformer::forward_batch] no tokens");
   TP_CHECK(span_.embedding || (hidden && hidden->shape() == (Shape{N, C}) && hidden->dtype() == DType::kF32),

@@ -39,6 +39,35 @@ void add(float* out, const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
+// Sequence parallel (ctx.sequence_parallel): out, this rank's rows, = a TP region applied to h
+// all-gathered; `region(partial, full)` writes its row-parallel partial sums (N, C), which are
+// reduce-scattered into out. The caller adds the row-parallel bias.
+template <typename Region>
+void sequence_parallel_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, Region&& region) {
+  SequenceParallelScratch& sp = *ctx.sequence_parallel;
+  Tensor full = scratch_rows(sp.full, sp.rows, h.dim(1)), partial = scratch_rows(sp.partial, sp.rows, h.dim(1));
+  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
+  region(partial, full);
+  reduce_scatter_to_sequence_parallel_region_forward(out, partial, ctx.tp);
+}
+
+// Its backward: h is gathered again (only this rank's rows were kept) and so is d_out;
+// `region(d_full, d_out_full, full)` adds the region's input gradient, Partial over TP, to the
+// zeroed d_full, which is reduce-scattered into d_h.
+template <typename Region>
+void sequence_parallel_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
+                                Region&& region) {
+  SequenceParallelScratch& sp = *ctx.sequence_parallel;
+  const int64_t N = sp.rows, C = h.dim(1);
+  Tensor full = scratch_rows(sp.full, N, C), full_grad = scratch_rows(sp.full_grad, N, C);
+  Tensor partial = scratch_rows(sp.partial, N, C);
+  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
+  reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
+  partial.fill_zero();
+  region(partial, full_grad, full);
+  gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+}
+
 }  // namespace
 
 int64_t activation_bytes(const LayerActs& a) {
@@ -152,69 +181,52 @@ void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_
 
 void TransformerLayer::attention_forward(const LayerContext& ctx, Tensor& out, const Tensor& h,
                                          const AttentionRows& rows, LayerActs& a) const {
-  SequenceParallelScratch* sp = ctx.sequence_parallel;
-  if (!sp) {
+  if (!ctx.sequence_parallel) {
     attn_.forward(ctx.eng, out, h, rows, a.attn, ctx.tp);
     return;
   }
-  const int64_t N = sp->rows, C = h.dim(1);
-  Tensor full = scratch_rows(sp->full, N, C), partial = scratch_rows(sp->partial, N, C);
-  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
-  attn_.forward_partial(ctx.eng, partial, full, rows, a.attn);
-  reduce_scatter_to_sequence_parallel_region_forward(out, partial, ctx.tp);
+  sequence_parallel_forward(ctx, out, h, [&](Tensor& partial, const Tensor& full) {
+    attn_.forward_partial(ctx.eng, partial, full, rows, a.attn);
+  });
   attn_.o().add_bias(out);
 }
 
 void TransformerLayer::attention_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                           const AttentionRows& rows, const LayerActs& a) {
-  SequenceParallelScratch* sp = ctx.sequence_parallel;
-  if (!sp) {
+  if (!ctx.sequence_parallel) {
     attn_.backward(ctx.eng, d_h, d_out, h, rows, a.attn, ctx.tp, ctx.kv_group);
     return;
   }
-  const int64_t N = sp->rows, C = h.dim(1);
-  Tensor full = scratch_rows(sp->full, N, C), full_grad = scratch_rows(sp->full_grad, N, C);
-  Tensor partial = scratch_rows(sp->partial, N, C);
-  gather_from_sequence_parallel_region_forward(full, h, ctx.tp);  // the input again: only its rows were kept
-  reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
-  attn_.backward_partial(ctx.eng, partial, full_grad, full, rows, a.attn, ctx.tp, ctx.kv_group);
-  gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+  sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
+    attn_.backward_partial(ctx.eng, d_full, d_out_full, full, rows, a.attn, ctx.tp, ctx.kv_group);
+  });
 }
 
 void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, LayerActs& a) const {
-  SequenceParallelScratch* sp = ctx.sequence_parallel;
-  TP_CHECK(!sp || !moe_, "[TransformerLayer::forward] sequence parallelism covers dense layers; this model's MoE "
-           "layers take their tokens Replicated");
+  TP_CHECK(!ctx.sequence_parallel || !moe_, "[TransformerLayer::forward] sequence parallelism covers dense layers; "
+           "this model's MoE layers take their tokens Replicated");
   if (moe_) {
     moe_->forward(ctx.eng, out, h, a.moe, ctx.tp, ctx.ep_dispatch, ctx.moe_capacity_factor);
-  } else if (!sp) {
+  } else if (!ctx.sequence_parallel) {
     mlp_->forward(ctx.eng, out, h, a.mlp, ctx.tp);
   } else {
-    const int64_t N = sp->rows, C = h.dim(1);
-    Tensor full = scratch_rows(sp->full, N, C), partial = scratch_rows(sp->partial, N, C);
-    gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
-    mlp_->forward_partial(ctx.eng, partial, full, a.mlp);
-    reduce_scatter_to_sequence_parallel_region_forward(out, partial, ctx.tp);
+    sequence_parallel_forward(ctx, out, h, [&](Tensor& partial, const Tensor& full) {
+      mlp_->forward_partial(ctx.eng, partial, full, a.mlp);
+    });
     mlp_->down().add_bias(out);
   }
 }
 
 void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                    const LayerActs& a) {
-  SequenceParallelScratch* sp = ctx.sequence_parallel;
   if (moe_) {
     moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
-  } else if (!sp) {
+  } else if (!ctx.sequence_parallel) {
     mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp);
   } else {
-    const int64_t N = sp->rows, C = h.dim(1);
-    Tensor full = scratch_rows(sp->full, N, C), full_grad = scratch_rows(sp->full_grad, N, C);
-    Tensor partial = scratch_rows(sp->partial, N, C);
-    gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
-    reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
-    partial.fill_zero();
-    mlp_->backward_partial(ctx.eng, partial, full_grad, full, a.mlp);
-    gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+    sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
+      mlp_->backward_partial(ctx.eng, d_full, d_out_full, full, a.mlp);
+    });
   }
 }
 

@@ -31,19 +31,20 @@ void Transformer::set_train_compute(const TrainCompute& compute) {
 }
 
 int64_t Transformer::activation_bytes() const {
-  auto state_bytes = [](const TrainState& s) {
+  auto bytes = [](std::initializer_list<const Tensor*> ts) {
     int64_t n = 0;
-    auto add = [&](const Tensor& t) { n += t.defined() ? t.nbytes() : 0; };
-    for (const Tensor& t : s.inputs) add(t);
-    for (const LayerActs& a : s.layers) n += tensorpar::activation_bytes(a);
-    n += tensorpar::activation_bytes(s.recomputed);
-    for (const Tensor* t : {&s.hf, &s.meanf, &s.rstdf, &s.logits, &s.lse, &s.d_logits, &s.d_h, &s.d_x}) add(*t);
+    for (const Tensor* t : ts) n += t->defined() ? t->nbytes() : 0;
     return n;
   };
-  int64_t n = state_bytes(*train_);
-  const TrainScratch& ts = *scratch_;
-  for (const Tensor* t : {&ts.sp.full, &ts.sp.full_grad, &ts.sp.partial})
-    n += t->defined() ? t->nbytes() : 0;
+  auto state_bytes = [&](const TrainState& s) {
+    int64_t n = bytes({&s.hf, &s.meanf, &s.rstdf, &s.logits, &s.lse, &s.d_logits, &s.d_h, &s.d_x}) +
+                tensorpar::activation_bytes(s.recomputed);
+    for (const Tensor& t : s.inputs) n += bytes({&t});
+    for (const LayerActs& a : s.layers) n += tensorpar::activation_bytes(a);
+    return n;
+  };
+  const SequenceParallelScratch& sp = scratch_->sp;
+  int64_t n = state_bytes(*train_) + bytes({&sp.full, &sp.full_grad, &sp.partial});
   for (const auto& [micro, s] : stage_micro_) n += state_bytes(*s);
   for (const auto& s : stage_spare_) n += state_bytes(*s);
   return n;
