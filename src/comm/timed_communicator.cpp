@@ -9,9 +9,12 @@ template <typename F>
 void TimedCommunicator::timed(F&& f) {
   const auto t0 = std::chrono::steady_clock::now();
   struct Add {  // counted also when the call throws
-    double& s;
+    std::atomic<double>& s;
     std::chrono::steady_clock::time_point t0;
-    ~Add() { s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    ~Add() {
+      s.fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                  std::memory_order_relaxed);
+    }
   } add{*seconds_, t0};
   f();
 }

@@ -1,9 +1,11 @@
 // A Communicator that forwards every call to another and adds up the wall time spent inside
 // collectives: what a server reports as each rank's time in communication versus compute, and a
 // training run's metrics. Groups split from it are timed too and add to the same total.
-// One rank's thread uses it (like every Communicator); reading seconds() is that thread's too.
+// One thread calls each communicator (as for every Communicator), but a group split from it may
+// belong to another thread of the rank (a CommThread's): the shared total is atomic.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "comm/communicator.h"
@@ -12,10 +14,11 @@ namespace tensorpar {
 
 class TimedCommunicator final : public Communicator {
  public:
-  explicit TimedCommunicator(Communicator& inner) : inner_(inner), seconds_(std::make_shared<double>(0)) {}
+  explicit TimedCommunicator(Communicator& inner)
+      : inner_(inner), seconds_(std::make_shared<std::atomic<double>>(0.0)) {}
   // Seconds spent in collectives and point-to-point calls so far, in this group and every group
   // split from it.
-  double seconds() const { return *seconds_; }
+  double seconds() const { return seconds_->load(std::memory_order_relaxed); }
 
   int rank() const override { return inner_.rank(); }
   int size() const override { return inner_.size(); }
@@ -36,13 +39,13 @@ class TimedCommunicator final : public Communicator {
   using Communicator::broadcast;
 
  private:
-  TimedCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<double> seconds)
+  TimedCommunicator(std::unique_ptr<Communicator> owned, std::shared_ptr<std::atomic<double>> seconds)
       : owned_(std::move(owned)), inner_(*owned_), seconds_(std::move(seconds)) {}
   template <typename F>
   void timed(F&& f);
   std::unique_ptr<Communicator> owned_;  // a split group's backend
   Communicator& inner_;
-  std::shared_ptr<double> seconds_;  // shared with the groups split from this one
+  std::shared_ptr<std::atomic<double>> seconds_;  // shared with the groups split from this one
 };
 
 }  // namespace tensorpar
