@@ -45,6 +45,7 @@ struct TrainCliOptions {
   uint64_t init_seed = 1;
   bool bf16 = false;
   int dp = 1, pp = 1, zero = 0;
+  double dp_bucket_mb = 25;  // 0: no overlap
   bool sequence_parallel = false;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"
@@ -155,6 +156,13 @@ void print_step(const StepLog& l, const std::string& saved, bool json) {
       for (const auto& [group, s] : l.comm_s) comm[group] = s, in_comm += s;
       j["comm_s"] = comm;
       j["compute_s"] = l.ms / 1000 - in_comm;
+    }
+    if (l.dp_exposed_s > 0 || l.dp_buckets > 0) {
+      // How much of the data-parallel gradient reduction backward hid (--dp-bucket-mb).
+      j["dp_reduce"] = {{"exposed_s", l.dp_exposed_s},
+                        {"bucket_s", l.dp_bucket_s},
+                        {"buckets", l.dp_buckets},
+                        {"buckets_during_backward", l.dp_buckets_during_backward}};
     }
     if (!l.expert_load.empty()) j["expert_load"] = l.expert_load;
     if (!saved.empty()) j["checkpoint"] = saved;
@@ -349,6 +357,11 @@ void run_train(TrainCliOptions& o) {
       effective.train.seq = std::min(run.train.seq, model->config().max_position);
     TrainOptions topt = effective.train;
     topt.distributed_optimizer = o.zero == 1;
+    // Buckets overlap the replicated optimizer's all-reduce; ZeRO-1 reduce-scatters after backward.
+    TP_CHECK(o.zero == 0 || !o.given.count("dp-bucket-mb") || o.dp_bucket_mb == 0, "[train] --dp-bucket-mb ",
+             o.dp_bucket_mb, " overlaps the all-reduce of replicated optimizer state with backward; --zero 1 ",
+             "reduce-scatters the gradients after backward instead: drop one of the two");
+    topt.dp_bucket_bytes = o.zero == 1 ? 0 : int64_t(o.dp_bucket_mb * 1024 * 1024);
     topt.compute.sequence_parallel = o.sequence_parallel;
     // Test hook (docs/reliability.md): TENSORPAR_POISON_BATCH=batch:N,kind:nan|spike.
     if (const char* poison = std::getenv("TENSORPAR_POISON_BATCH"); poison && *poison)
@@ -483,6 +496,11 @@ void add_train_command(CLI::App& app) {
                   "1: the distributed optimizer (ZeRO-1): AdamW moments sharded over the --dp ranks, "
                   "gradients reduce-scattered and parameters all-gathered; 0: replicated")
       ->check(CLI::Range(0, 1));
+  cmd->add_option("--dp-bucket-mb", o->dp_bucket_mb,
+                  "Data parallelism: gradients all-reduced in buckets of this many MiB on a communication "
+                  "thread as soon as backward has finished them, overlapping the rest of backward; 0: all "
+                  "after backward")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--pp-layers", o->pp_layers,
                   "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "
                   "taking the remainder)")

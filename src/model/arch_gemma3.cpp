@@ -45,6 +45,7 @@ std::vector<ParamShard> Transformer::parameters_gemma3() {
     append_param(out, name, p.value, p.grad, {size}, -1, {0, size}, tp);
   };
   for (int64_t l = span_.first; l < span_.last; ++l) {
+    const size_t first = out.size();
     TransformerLayer& L = layer(l);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     replicated(p + "input_layernorm.weight", L.norm1().weight(), C);
@@ -57,12 +58,15 @@ std::vector<ParamShard> Transformer::parameters_gemma3() {
     replicated(p + "pre_feedforward_layernorm.weight", L.norm2().weight(), C);
     append_mlp_params(out, L, p);
     replicated(p + "post_feedforward_layernorm.weight", L.post_mlp_norm().weight(), C);
+    mark_grad_part(out, first, l);
   }
+  const size_t head = out.size();
   if (span_.head) {
     replicated("model.norm.weight", final_norm_->weight(), C);
     if (lm_head_)
       append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
   }
+  mark_grad_part(out, head, kHeadGrads);
   return out;
 }
 

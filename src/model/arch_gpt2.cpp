@@ -58,6 +58,7 @@ std::vector<ParamShard> Transformer::parameters_gpt2() {
     append_param(out, name + ".bias", n.bias().value, n.bias().grad, {C}, -1, {0, C}, tp);
   };
   for (int64_t l = span_.first; l < span_.last; ++l) {
+    const size_t first = out.size();
     TransformerLayer& L = layer(l);
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     ColumnParallelLinear& qkv = L.attn().qkv();
@@ -79,8 +80,11 @@ std::vector<ParamShard> Transformer::parameters_gpt2() {
     RowParallelLinear& down = L.mlp().down();
     append_param(out, p + "mlp.c_proj.weight", down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
     append_param(out, p + "mlp.c_proj.bias", down.bias(), down.d_bias(), {C}, -1, {0, C}, tp);
+    mark_grad_part(out, first, l);
   }
+  const size_t head = out.size();
   if (span_.head) norm("transformer.ln_f", *final_norm_);
+  mark_grad_part(out, head, kHeadGrads);
   return out;
 }
 

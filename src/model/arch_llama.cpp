@@ -195,6 +195,7 @@ std::vector<ParamShard> Transformer::parameters_llama() {
   if (span_.embedding)
     append_param(out, "model.embed_tokens.weight", embed_->weight(), embed_->d_weight(), {V, C}, 0, vocab_range_);
   for (int64_t l = span_.first; l < span_.last; ++l) {
+    const size_t first = out.size();
     TransformerLayer& L = layer(l);
     const std::string p = "model.layers." + std::to_string(l) + ".";
     append_param(out, p + "input_layernorm.weight", L.norm1().weight().value, L.norm1().weight().grad, {C}, -1,
@@ -211,13 +212,16 @@ std::vector<ParamShard> Transformer::parameters_llama() {
     append_param(out, p + "post_attention_layernorm.weight", L.norm2().weight().value, L.norm2().weight().grad, {C},
                  -1, {0, C}, tp);
     append_mlp_params(out, L, p);
+    mark_grad_part(out, first, l);
   }
+  const size_t head = out.size();
   if (span_.head) {
     append_param(out, "model.norm.weight", final_norm_->weight().value, final_norm_->weight().grad, {C}, -1, {0, C},
                  tp);
     if (lm_head_)
       append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
   }
+  mark_grad_part(out, head, kHeadGrads);
   return out;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -74,6 +75,12 @@ class KvCache {
   int64_t capacity_ = 0, length_ = 0;
 };
 
+// The parts of a model whose gradients backward completes one after another (ParamShard::
+// grad_part): the final norm and LM head first (kHeadGrads), then each layer by its index from
+// the last, then the embedding and anything else at the end of backward (kEndGrads).
+inline constexpr int64_t kHeadGrads = -1;
+inline constexpr int64_t kEndGrads = -2;
+
 // A parameter shard as a trainer and a checkpoint see it.
 struct ParamShard {
   std::string name;     // the HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
@@ -90,6 +97,9 @@ struct ParamShard {
   // different experts, so its gradient is summed over the expert-data-parallel group (not DP)
   // and the global norm and checkpoints gather it over the EP group.
   bool expert = false;
+  // Which part's backward completes this gradient for a micro-batch: a layer's index,
+  // kHeadGrads or kEndGrads (see CausalLM::set_backward_hook).
+  int64_t grad_part = kEndGrads;
 };
 
 // How training steps (forward_backward, forward_loss) compute; inference ignores it.
@@ -158,6 +168,11 @@ class CausalLM {
   // Mean loss without gradients (evaluation).
   virtual float forward_loss(const Tensor& tokens, const Tensor& targets) = 0;
   virtual void set_train_compute(const TrainCompute& compute) = 0;
+  // Training: backward calls hook(part) each time the gradients of a part (ParamShard::grad_part)
+  // have received this micro-batch's contribution (kEndGrads last), so that a trainer can
+  // reduce them while backward goes on. Empty: none. A model that never calls it is still right
+  // for such a trainer (everything is final once backward returns), only not overlapped.
+  virtual void set_backward_hook(std::function<void(int64_t part)> hook) { (void)hook; }
   // Bytes of this rank's training activations: what forward keeps for backward and the step's
   // scratch, over every micro-batch held. The buffers only grow, so after a step it is the peak.
   virtual int64_t activation_bytes() const = 0;

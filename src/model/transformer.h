@@ -7,6 +7,7 @@
 // follows a token through it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -95,6 +96,7 @@ class Transformer final : public CausalLM {
   float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) override;
   float forward_loss(const Tensor& tokens, const Tensor& targets) override;
   void set_train_compute(const TrainCompute& compute) override;
+  void set_backward_hook(std::function<void(int64_t part)> hook) override { backward_hook_ = std::move(hook); }
   int64_t activation_bytes() const override;
   void set_int8_activations(bool on) override { eng_.set_int8_activations(on); }
   void set_kv_dtype(DType dtype) override;
@@ -119,6 +121,12 @@ class Transformer final : public CausalLM {
   std::vector<ParamShard> parameters_gemma3();
   void append_param(std::vector<ParamShard>& out, const std::string& name, Tensor& value, Tensor& grad,
                     Shape global, int dim, Range range, int copies = 1);
+  // Sets grad_part = part on out[from, end).
+  static void mark_grad_part(std::vector<ParamShard>& out, size_t from, int64_t part);
+  // Calls the backward hook, if any, for `part`.
+  void gradients_done(int64_t part) const {
+    if (backward_hook_) backward_hook_(part);
+  }
   // A Llama-like layer's projections under HF names (prefix p = "model.layers.<l>."), shared by
   // the llama and gemma3 parameter lists (arch_llama.cpp): q/k/v (+ biases), o, gate/up/down.
   void append_qkv_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
@@ -179,6 +187,7 @@ class Transformer final : public CausalLM {
   std::map<int64_t, std::unique_ptr<TrainState>> stage_micro_;  // pipeline: activations per micro-batch
   std::vector<std::unique_ptr<TrainState>> stage_spare_;          // released ones, reused
   TrainCompute compute_;
+  std::function<void(int64_t part)> backward_hook_;
 };
 
 }  // namespace tensorpar

@@ -246,6 +246,7 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     final_norm_->backward(d_x.data<float>(), d_h.data<float>(), s.inputs[size_t(L)].data<float>(),
                           s.meanf.data<float>(), s.rstdf.data<float>(), Nl);
     if (norm_grads) norm_grads->sum(tp_);
+    gradients_done(kHeadGrads);
   } else {
     TP_CHECK(d_out && d_out->shape() == (Shape{Nl, C}) && d_out->dtype() == DType::kF32,
              "[Transformer::stage_backward] a stage without the head needs its output's gradient f32",
@@ -257,11 +258,13 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     if (recomputes(l))  // d_h is free here: its value is not needed
       layers_[size_t(l)].forward(ctx, d_h, x, rows, s.recomputed);
     layers_[size_t(l)].backward(ctx, d_x, d_h, x, rows, recomputes(l) ? s.recomputed : s.layers[size_t(l)]);
+    gradients_done(span_.first + l);
   }
   if (!span_.embedding) {
     TP_CHECK(d_in, "[Transformer::stage_backward] a stage without the embedding needs an input-gradient tensor");
     ensure_f32(*d_in, {Nl, C});
     std::memcpy(d_in->data<float>(), d_x.data<float>(), size_t(Nl * C) * sizeof(float));
+    gradients_done(kEndGrads);
     return;
   }
   Tensor& d_embedded = sp ? ts.sp.full_grad : d_x;  // every row's gradient, whichever rank holds the row
@@ -277,6 +280,7 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
     for (int64_t n = 0; n < N; ++n)
       for (int64_t i = 0; i < C; ++i) g[s.positions[size_t(n)] * C + i] += d[n * C + i];
   }
+  gradients_done(kEndGrads);
 }
 
 int64_t Transformer::stage_rows(int64_t N) const {
@@ -323,7 +327,12 @@ std::vector<ParamShard> Transformer::tied_head_copy() {
   if (span_.embedding || !span_.head || !config_.tie_embeddings) return out;
   const char* name = config_.family == ArchFamily::kGpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
   append_param(out, name, embed_->weight(), embed_->d_weight(), {config_.vocab_size, config_.hidden}, 0, vocab_range_);
+  mark_grad_part(out, 0, kHeadGrads);  // the head's own gradient: complete with the head's backward
   return out;
+}
+
+void Transformer::mark_grad_part(std::vector<ParamShard>& out, size_t from, int64_t part) {
+  for (size_t i = from; i < out.size(); ++i) out[i].grad_part = part;
 }
 
 float Transformer::forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) {

@@ -58,6 +58,17 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
     TP_CHECK(!ep_, "[Trainer] the distributed optimizer (--zero 1) does not cover expert parallelism (--ep)");
     dist_ = std::make_unique<DistributedAdamW>(parameters(), *dp_);
   }
+  TP_CHECK(o_.dp_bucket_bytes >= 0, "[Trainer] dp bucket size ", o_.dp_bucket_bytes, " bytes, expected >= 0");
+  if (o_.dp_bucket_bytes > 0 && dp_size_ > 1) {
+    TP_CHECK(!dist_, "[Trainer] gradient buckets (--dp-bucket-mb) overlap the all-reduce of the replicated ",
+             "optimizer; the distributed optimizer (--zero 1) reduce-scatters after backward: use one or the other");
+    buckets_ = std::make_unique<GradientBuckets>(parameters(), *dp_, edp_, o_.dp_bucket_bytes);
+    model_.set_backward_hook([b = buckets_.get()](int64_t part) { b->gradients_done(part); });
+  }
+}
+
+Trainer::~Trainer() {
+  if (buckets_) model_.set_backward_hook({});
 }
 
 std::vector<ParamShard> Trainer::parameters() { return pipeline_ ? pipeline_->parameters() : model_.parameters(); }
@@ -133,9 +144,12 @@ StepLog Trainer::train_step() {
   std::vector<std::vector<double>> log_load;
   double loss = 0;
   Tensor x, y;
+  // This DP rank's micro-batches m = dp_rank + i * dp.
+  const int64_t mine = (n_micro - dp_rank_ + dp_size_ - 1) / dp_size_;
+  const double bucket_s0 = buckets_ ? buckets_->reduce_seconds() : 0.0;
+  if (buckets_) buckets_->begin_step(mine);
   if (pipeline_) {
-    // This DP rank's micro-batches m = dp_rank + i * dp, through the stages in 1F1B order.
-    const int64_t mine = (n_micro - dp_rank_ + dp_size_ - 1) / dp_size_;
+    // Through the stages in 1F1B order.
     loss = pipeline_->forward_backward(
         mine, [&](int64_t i, Tensor& tokens, Tensor& targets) { draw_batch(batch, dp_rank_ + i * dp_size_, tokens, targets); },
         scale);
@@ -149,15 +163,27 @@ StepLog Trainer::train_step() {
   std::vector<ParamShard> params = parameters();
   StepLog log;
   Communicator* pp = pipeline_ ? &pipeline_->pp() : nullptr;
+  const auto reduce0 = std::chrono::steady_clock::now();
+  auto exposed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce0).count(); };
   if (dist_) {
     // The tied embedding's two stage copies summed first, then each DP rank's chunk over DP:
     // the same sums as below, taken in the other order (both are linear).
     if (pipeline_) pipeline_->reduce_tied_grads();
     dist_->reduce_gradients(params);
     reduce_loss_over_dp(loss);
+    log.dp_exposed_s = exposed();
     log.grad_norm = dist_->clip(params, model_.tp(), o_.clip, pp);
   } else {
-    if (dp_size_ > 1) reduce_over_dp(params, loss);
+    if (buckets_) {
+      buckets_->finish();
+      reduce_loss_over_dp(loss);
+      log.dp_bucket_s = buckets_->reduce_seconds() - bucket_s0;
+      log.dp_buckets = buckets_->buckets();
+      log.dp_buckets_during_backward = buckets_->launched_during_backward();
+    } else if (dp_size_ > 1) {
+      reduce_over_dp(params, loss);
+    }
+    if (dp_size_ > 1) log.dp_exposed_s = exposed();
     if (pipeline_) pipeline_->reduce_tied_grads();
     log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pp, ep_);
   }

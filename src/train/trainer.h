@@ -25,6 +25,7 @@
 #include "train/divergence.h"
 #include "train/optimizer.h"
 #include "train/distributed_optimizer.h"
+#include "train/gradient_buckets.h"
 #include "train/pipeline.h"
 
 namespace tensorpar {
@@ -53,6 +54,10 @@ struct TrainOptions {
   // ZeRO-1: AdamW moments sharded over the data-parallel group (distributed_optimizer.h); no
   // effect at dp 1. Numerically the replicated optimizer's step up to summation order.
   bool distributed_optimizer = false;
+  // Data parallelism: gradients reduced in buckets of about this many bytes while backward goes
+  // on (gradient_buckets.h); 0: every gradient all-reduced after backward. Not with the
+  // distributed optimizer (its reduce-scatter runs after backward).
+  int64_t dp_bucket_bytes = 0;
 };
 
 // A diverged step (divergence.h): the optimizer did not take it.
@@ -87,6 +92,14 @@ struct StepLog {
   // calls (Trainer::time_groups), by group name; the rest of `ms` is compute and the rank's own
   // work. Time in a collective includes waiting for the slowest rank to reach it.
   std::vector<std::pair<std::string, double>> comm_s;
+  // Data parallelism: seconds this step spent on the gradients' reduction after backward returned
+  // (the whole reduction without buckets; with them, waiting for the buckets still in flight).
+  double dp_exposed_s = 0;
+  // With buckets: seconds the communication threads spent reducing this step's buckets (hidden
+  // behind backward but for dp_exposed_s), the step's buckets, and how many of them backward
+  // launched before it returned.
+  double dp_bucket_s = 0;
+  int64_t dp_buckets = 0, dp_buckets_during_backward = 0;
   // Checkpoint directories this step's save made retention remove (world rank 0 only: the rank
   // that removes them).
   std::vector<std::string> removed_checkpoints;
@@ -102,6 +115,9 @@ class Trainer {
   // groups when an MoE model's experts are spread over DP ranks (DeviceMesh). All outlive it.
   Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions& opt, Communicator* dp = nullptr,
           Pipeline* pipeline = nullptr, Communicator* ep = nullptr, Communicator* edp = nullptr);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // Loads parameters, moments and the step from a checkpoint (any TP size). Collective. The
   // learning rate follows this run's options (--steps sets the cosine's length, so resuming with
@@ -157,6 +173,7 @@ class Trainer {
   int dp_size_ = 1, dp_rank_ = 0;
   AdamW opt_;
   std::unique_ptr<DistributedAdamW> dist_;  // ZeRO-1 (dp > 1 with distributed_optimizer)
+  std::unique_ptr<GradientBuckets> buckets_;  // dp > 1 with dp_bucket_bytes
   int64_t step_ = 0;
   DivergenceMonitor monitor_;
   std::vector<int64_t> skipped_;  // sorted

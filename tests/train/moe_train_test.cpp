@@ -120,6 +120,29 @@ TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
   std::filesystem::remove_all(root);
 }
 
+// Gradient buckets (--dp-bucket-mb) with experts spread over the DP ranks: the experts' buckets
+// are summed over the expert-data-parallel group on a communication thread of their own, the
+// rest over dp; the run equals the reduction after backward.
+TEST(MoeTraining, DpBucketsWithExpertsOverDataParallelEqualTheReductionAfterBackward) {
+  const TokenCorpus corpus =
+      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  TrainOptions o;
+  o.steps = 3;
+  o.batch = 8;
+  o.micro_batch = 1;
+  o.seq = 16;
+  o.lr = 1e-2f;
+  const MoeRun base = train(1, 4, 2, corpus, o);
+  o.dp_bucket_bytes = 4 << 10;
+  const MoeRun bucketed = train(1, 4, 2, corpus, o);
+  ASSERT_EQ(bucketed.logs.size(), base.logs.size());
+  for (size_t i = 0; i < base.logs.size(); ++i) {
+    EXPECT_NEAR(bucketed.logs[i].loss, base.logs[i].loss, 1e-6 * base.logs[i].loss) << "step " << i + 1;
+    EXPECT_GT(bucketed.logs[i].dp_buckets, 2) << "step " << i + 1;
+  }
+  for (const auto& [name, v] : base.params) EXPECT_LE(max_abs_diff(bucketed.params.at(name), v), 1e-6) << name;
+}
+
 // With a capacity factor each rank drops the slots of its own tokens beyond an expert's capacity,
 // before the all_to_all: EP over the DP ranks still takes the steps of DP without EP, and the
 // dropping changes the run (the losses differ from the dropless ones).

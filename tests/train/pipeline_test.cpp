@@ -181,9 +181,10 @@ TrainOptions small_run() {
 
 RunResult run(const ModelConfig& c, int tp, int pp, int dp, std::vector<int64_t> counts = {},
               TrainCompute compute = {}, bool zero = false, const std::string& out_dir = "",
-              const std::string& resume = "", int64_t steps = 3) {
+              const std::string& resume = "", int64_t steps = 3, int64_t dp_bucket_bytes = 0) {
   const TokenCorpus corpus = random_corpus(c.vocab_size);
   TrainOptions o = small_run();
+  o.dp_bucket_bytes = dp_bucket_bytes;
   o.compute = compute;
   o.distributed_optimizer = zero;
   o.out_dir = out_dir;
@@ -305,6 +306,33 @@ TEST(DistributedOptimizer, EqualsTheReplicatedOptimizer) {
   expect_same_training(whole, run(c, 1, 1, 4, {}, {}, true), "dp 4 zero");
   expect_same_training(run(c, 2, 1, 2), run(c, 2, 1, 2, {}, {}, true), "tp 2 x dp 2 zero");
   expect_same_training(whole, run(c, 1, 2, 2, {}, {}, true), "pp 2 x dp 2 zero (tied)");
+}
+
+// Gradient buckets reduced while backward goes on (gradient_buckets.h) train exactly as the
+// reduction after backward at dp 2 (each element is one addition either way), and within the
+// usual tolerance through tp, pipeline stages (tied: the last stage's copy too), sequence
+// parallelism and recomputation, and at dp 4; with ZeRO-1 they are refused with the reason.
+TEST(DpBuckets, TrainAsTheReductionAfterBackward) {
+  const ModelConfig c = four_layer_llama(true);
+  const RunResult dp2 = run(c, 1, 1, 2);
+  for (int64_t bytes : {int64_t(1), int64_t(8) << 10, int64_t(1) << 30}) {
+    const RunResult bucketed = run(c, 1, 1, 2, {}, {}, false, "", "", 3, bytes);
+    EXPECT_EQ(bucketed.losses, dp2.losses) << bytes << " bytes";
+    EXPECT_EQ(bucketed.norms, dp2.norms) << bytes << " bytes";
+    EXPECT_EQ(bucketed.weights, dp2.weights) << bytes << " bytes";
+  }
+  const RunResult whole = run(c, 1, 1, 1);
+  expect_same_training(whole, run(c, 1, 2, 2, {}, {}, false, "", "", 3, 8 << 10), "pp 2 x dp 2 buckets (tied)");
+  expect_same_training(whole, run(c, 1, 1, 4, {}, {}, false, "", "", 3, 8 << 10), "dp 4 buckets");
+  const TrainCompute sp_recompute{.recompute_layers = 2, .sequence_parallel = true};
+  expect_same_training(run(c, 2, 1, 1), run(c, 2, 2, 2, {}, sp_recompute, false, "", "", 3, 8 << 10),
+                       "tp 2 x pp 2 x dp 2 sp recompute buckets");
+  try {
+    run(c, 1, 1, 2, {}, {}, true, "", "", 3, 8 << 10);
+    ADD_FAILURE() << "buckets with ZeRO-1 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--zero 1"), std::string::npos) << e.what();
+  }
 }
 
 // Checkpoints of a ZeRO run hold whole moments: a run saved under it resumes without it at
