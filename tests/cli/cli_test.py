@@ -698,6 +698,12 @@ class Faults(CliCase):
         r = self.faulty_run("throw", ["train", *self.ARGS, "--steps", "6", "--tp", "2"])
         self.assert_fails(r, "rank 1", "threw at its all_reduce call #38", only_line=False)
 
+    def test_threads_kill_on_the_gradient_bucket_thread(self):
+        # --dp 2 with 1 KiB buckets: most all-reduces run on each rank's communication thread,
+        # and the kill may land there; the rank still dies as a whole and the run ends.
+        r = self.faulty_run("kill", ["train", *self.ARGS, "--steps", "6", "--dp", "2", "--dp-bucket-mb", "0.001"])
+        self.assert_fails(r, "rank 1", "killed at its all_reduce call #38", only_line=False)
+
     def test_bad_spec_is_one_clear_error(self):
         r = run(["train", *self.ARGS, "--steps", "6", "--tp", "2"], env_extra={"TENSORPAR_FAULT": "rank:1,op:all_reduce,action:kill"})
         self.assert_fails(r, "[TENSORPAR_FAULT]", "must all be given", "rank:R,op:OP,after:N,action:kill|stall|throw")
@@ -830,6 +836,15 @@ class Faults(CliCase):
         r = self.faulty_run("kill", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"],
                             prefix=self.mpirun(3, "--enable-recovery"))
         self.assertIn("rank 1 killed at its all_reduce call #38 on mpi:world", r.stderr)
+        self.assert_survivor_errors(r, (0, 2), 3, rf"timed out after {COMM_TIMEOUT:g} s", r"no answer from world rank 1 ")
+
+    def test_mpi_kill_np3_with_gradient_buckets(self):
+        # The same with --dp 3 and 1 KiB buckets: the survivors' pending all-reduces (on their
+        # communication threads or their own) time out and name the rank that does not answer.
+        r = self.faulty_run("kill", ["train", *self.MPI_ARGS[:-2], "--batch", "3", "--steps", "6", "--dp", "3",
+                                     "--dp-bucket-mb", "0.001", "--backend", "mpi"],
+                            prefix=self.mpirun(3, "--enable-recovery"))
+        self.assertIn("rank 1 killed at its all_reduce call #38 on mpi:", r.stderr)
         self.assert_survivor_errors(r, (0, 2), 3, rf"timed out after {COMM_TIMEOUT:g} s", r"no answer from world rank 1 ")
 
     def test_mpi_stall_np3(self):

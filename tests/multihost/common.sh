@@ -27,5 +27,5 @@ train_args=(train --arch llama --layers 2 --hidden 64 --heads 4 --kv-heads 2 --f
   --vocab-from "$root/tests/fixtures/tokenizer/gpt2_trained.tokenizer.json" --data "$work/corpus.txt"
   --batch 4 --lr 3e-3 --warmup 1 --eval-every 2 --threads-per-rank 1 --json)
 losses() {
-  sed -E 's/"(tokens_per_s|ms_per_step|compute_s|activation_bytes)":[^,}]*,?//g; s/"comm_s":\{[^}]*\},?//g; s/,}/}/g' "$1"
+  sed -E 's/"(tokens_per_s|ms_per_step|compute_s|activation_bytes)":[^,}]*,?//g; s/"(comm_s|dp_reduce)":\{[^}]*\},?//g; s/,}/}/g' "$1"
 }

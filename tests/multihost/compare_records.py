@@ -10,7 +10,7 @@ name, a_path, b_path = sys.argv[1:4]
 a = [json.loads(line) for line in open(a_path) if line.strip()]
 b = [json.loads(line) for line in open(b_path) if line.strip()]
 # Timings and buffer sizes (a resumed run's buffers grew in another order) are not training state.
-IGNORED = {"tokens_per_s", "ms_per_step", "compute_s", "comm_s", "activation_bytes", "checkpoint"}
+IGNORED = {"tokens_per_s", "ms_per_step", "compute_s", "comm_s", "activation_bytes", "checkpoint", "dp_reduce"}
 a = [{k: v for k, v in r.items() if k not in IGNORED} for r in a]
 b = [{k: v for k, v in r.items() if k not in IGNORED} for r in b]
 if len(sys.argv) > 4:

@@ -5,7 +5,9 @@
 # their gradients sent between processes), dp 2 and pp 2 x dp 2 with the distributed optimizer
 # (--zero 1: reduce-scatter and all-gather between processes), tp 2 x pp 2 and tp 2 x dp 2 with
 # sequence parallelism (rows all-gathered and reduce-scattered, each TP rank's rows sent between
-# stages), and compares every step's loss, gradient norm, learning rate and validation loss
+# stages), data-parallel gradients in many small buckets reduced on a communication thread while
+# backward goes on (--dp-bucket-mb; the other layouts use the default, one bucket for this model)
+# and without buckets, and compares every step's loss, gradient norm, learning rate and validation loss
 # as printed by --json (shortest round-trip form, so equal text is equal bits); only the timing
 # fields are dropped. A run from another --init-seed must differ, so the comparison can fail.
 # Usage: threads_vs_mpi_losses.sh TENSORPAR_BINARY MPIEXEC [MPIEXEC_FLAGS...]
@@ -29,7 +31,7 @@ train_args=(train --arch llama --layers 2 --hidden 64 --heads 4 --kv-heads 2 --f
 
 # The step records without their timing fields.
 losses() {
-  sed -E 's/"(tokens_per_s|ms_per_step|compute_s|activation_bytes)":[^,}]*,?//g; s/"comm_s":\{[^}]*\},?//g; s/,}/}/g' "$1"
+  sed -E 's/"(tokens_per_s|ms_per_step|compute_s|activation_bytes)":[^,}]*,?//g; s/"(comm_s|dp_reduce)":\{[^}]*\},?//g; s/,}/}/g' "$1"
 }
 
 fail=0
@@ -47,11 +49,12 @@ compare() {  # name, threads output, mpi output
 }
 
 for layout in "2 1 1 0 0" "1 2 1 0 0" "2 2 1 0 0" "1 1 2 0 0" "2 1 2 0 0" "1 2 2 0 0" "1 2 1 1 0" "1 2 2 1 0" \
-  "2 1 2 0 1" "2 2 1 1 1"; do  # tp dp pp zero sequence-parallel
-  read -r tp dp pp zero sp <<<"$layout"
-  name="tp${tp}_dp${dp}_pp${pp}_zero${zero}_sp${sp}"
+  "2 1 2 0 1" "2 2 1 1 1" "1 2 2 0 0 0.004" "1 2 1 0 0 0"; do  # tp dp pp zero sequence-parallel [dp-bucket-mb]
+  read -r tp dp pp zero sp bucket <<<"$layout"
+  name="tp${tp}_dp${dp}_pp${pp}_zero${zero}_sp${sp}${bucket:+_bucket$bucket}"
   sp_flag=()
   [[ "$sp" == 1 ]] && sp_flag=(--sequence-parallel)
+  [[ -n "$bucket" ]] && sp_flag+=(--dp-bucket-mb "$bucket")
   "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" "${sp_flag[@]}" --backend threads >"$work/threads_$name" 2>"$work/threads_$name.err" ||
     { rc=$?; cat "$work/threads_$name.err"; echo "FAILED $name: the threads run exited with $rc"; exit 1; }
   "${mpirun[@]}" -np $((tp * dp * pp)) "$bin" "${train_args[@]}" --tp "$tp" --dp "$dp" --pp "$pp" --zero "$zero" "${sp_flag[@]}" --backend mpi \
