@@ -45,7 +45,7 @@ struct TrainCliOptions {
   uint64_t init_seed = 1;
   bool bf16 = false;
   int dp = 1, pp = 1, zero = 0;
-  double dp_bucket_mb = 25;  // 0: no overlap
+  double dp_bucket_mb = 4;  // 0: no overlap
   bool sequence_parallel = false;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
   std::set<std::string> given;  // flags on the command line, without "--"

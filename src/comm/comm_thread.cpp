@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "core/error.h"
+#include "core/threading.h"
 
 namespace tensorpar {
 
@@ -60,6 +61,7 @@ double CommThread::busy_seconds() const {
 }
 
 void CommThread::run() {
+  set_sleeping_comm_waits(true);  // this thread's core is the rank's compute's too
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     work_.wait(lock, [&] { return stop_ || !queue_.empty(); });

@@ -6,7 +6,8 @@
 // MPI_THREAD_MULTIPLE, nccl: each op sets its device), and keeps their guarantees: each
 // operation has the backend's timeout, debug fingerprints and fault injection (the split of a
 // FaultInjectingCommunicator is wrapped too), so wait() cannot block past the timeout of the
-// operations before it.
+// operations before it. Its waits sleep between polls instead of spinning (core/threading.h):
+// the thread shares the rank's cores with its compute.
 //
 // Every rank of the group must submit the same sequence of operations (as for blocking calls).
 // The first operation that fails fails every later one at once (the group is broken), and

@@ -56,4 +56,11 @@ void apply_rank_threads(const RankThreads& plan) {
 
 int current_num_threads() { return omp_get_max_threads(); }
 
+namespace {
+thread_local bool sleeping_waits = false;
+}  // namespace
+
+void set_sleeping_comm_waits(bool on) { sleeping_waits = on; }
+bool sleeping_comm_waits() { return sleeping_waits; }
+
 }  // namespace tensorpar

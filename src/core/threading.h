@@ -23,4 +23,11 @@ void apply_rank_threads(const RankThreads& plan);
 // Threads the calling thread's parallel regions will use.
 int current_num_threads();
 
+// How the calling thread waits for communication: spinning and yielding first (false, the
+// default: a rank's own thread, whose waits are short and whose cores are its own), or sleeping
+// between polls from the start (true: a thread that only waits on communication and shares its
+// core with the rank's compute, comm/comm_thread.h). Per thread; the backends' waits read it.
+void set_sleeping_comm_waits(bool on);
+bool sleeping_comm_waits();
+
 }  // namespace tensorpar

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/hybrid/hierarchical_communicator.h"
 #include "comm/mpi/mpi_backend.h"
 #include "core/half.h"
@@ -163,6 +164,61 @@ TEST(MpiComm, AllReduce) {
   TP_SEED_TRACE();
   auto c = world();
   check_all_reduce(*c, shared_seed(*c));
+}
+
+// Large all-reduces run in pieces of 512 KiB, two in flight: counts around and across the piece
+// edges (f32: 131072 elements a piece; 16-bit types are widened to f32 first), every op.
+TEST(MpiComm, AllReduceInPieces) {
+  TP_SEED_TRACE();
+  auto c = world();
+  const uint64_t seed = shared_seed(*c);
+  int salt = 900;
+  for (DType d : {DType::kF32, DType::kBF16, DType::kI64})
+    for (ReduceOp op : kOps)
+      for (int64_t n : {int64_t(131072), int64_t(131073), int64_t(3 * 131072 + 5)}) {
+        ++salt;
+        std::vector<std::vector<double>> ins;
+        for (int r = 0; r < c->size(); ++r) ins.push_back(input_values(seed, r, n, d, salt));
+        std::vector<double> want(static_cast<size_t>(n));
+        for (size_t i = 0; i < want.size(); ++i) want[i] = round_to(reduce_ref(ins, i, op), d);
+        std::vector<uint8_t> in = encode(ins[size_t(c->rank())], d), out = poisoned(n, d);
+        c->all_reduce(in.data(), out.data(), n, d, op);
+        expect_close(decode(out, d), want, d, case_name(d, op, n, false));
+        c->all_reduce(in.data(), in.data(), n, d, op);
+        EXPECT_EQ(in, out) << case_name(d, op, n, true);
+      }
+}
+
+// CommThread over MPI (MPI_THREAD_MULTIPLE): background all-reduces of a split group give the
+// naive sums, in order, while this thread runs its own collectives on the world.
+TEST(MpiComm, CommThreadAlongsideTheCallersCollectives) {
+  TP_SEED_TRACE();
+  auto c = world();
+  const uint64_t seed = shared_seed(*c);
+  CommThread comm(*c);
+  EXPECT_EQ(comm.size(), c->size());
+  const int64_t sizes[] = {5, 40000, 300000, 1};
+  std::vector<std::vector<uint8_t>> bufs;
+  std::vector<int> order;
+  for (size_t k = 0; k < 4; ++k) {
+    bufs.push_back(encode(input_values(seed, c->rank(), sizes[k], DType::kF32, 950 + int(k)), DType::kF32));
+    comm.submit([&, k](Communicator& g) {
+      g.all_reduce(bufs[k].data(), bufs[k].data(), sizes[k], DType::kF32, ReduceOp::kSum);
+      order.push_back(int(k));
+    });
+    float mine = 1.0f;
+    c->all_reduce(&mine, &mine, 1, DType::kF32, ReduceOp::kSum);
+    EXPECT_EQ(mine, float(c->size()));
+  }
+  comm.wait_all();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3}));
+  for (size_t k = 0; k < 4; ++k) {
+    std::vector<std::vector<double>> ins;
+    for (int r = 0; r < c->size(); ++r) ins.push_back(input_values(seed, r, sizes[k], DType::kF32, 950 + int(k)));
+    std::vector<double> want(static_cast<size_t>(sizes[k]));
+    for (size_t i = 0; i < want.size(); ++i) want[i] = round_to(reduce_ref(ins, i, ReduceOp::kSum), DType::kF32);
+    expect_close(decode(bufs[k], DType::kF32), want, DType::kF32, "background op " + std::to_string(k));
+  }
 }
 
 void check_all_gather(Communicator& cc, uint64_t seed) {

@@ -24,6 +24,8 @@ using Clock = std::chrono::steady_clock;
 
 // MPI counts are int; larger all-reduces and broadcasts go in chunks of this many elements.
 constexpr int64_t kMaxChunk = int64_t(1) << 30;
+// All-reduces run in pieces of this many bytes (see MpiCommunicator::all_reduce).
+constexpr int64_t kPipelineBytes = int64_t(512) << 10;
 constexpr int kTagP2p = 7;
 
 bool is_16bit_float(DType t) { return t == DType::kBF16 || t == DType::kF16; }
@@ -60,10 +62,13 @@ bool MpiCommunicator::poll(MPI_Request& req, MPI_Status* status, double timeout_
   const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
                                     std::chrono::duration<double>(timeout_s));
   FailureChannel* channel = MpiRuntime::get().channel();
+  // A thread that only waits on communication sleeps between polls at once (core/threading.h).
+  const bool sleep_at_once = sleeping_comm_waits();
   for (int64_t it = 0;; ++it) {
     int done = 0;
     *rc = MPI_Test(&req, &done, status);
     if (*rc != MPI_SUCCESS || done) return true;
+    if (sleep_at_once) std::this_thread::sleep_for(std::chrono::microseconds(50));
     if ((it & 31) != 31) continue;
     if (channel) {  // answer peers' probes; give up at once when a peer announced its failure
       channel->service();
@@ -190,9 +195,16 @@ void MpiCommunicator::all_reduce(const void* in, void* out, int64_t count, DType
     scratch_.resize(size_t(count));
     widen(in, scratch_.data(), count, dtype);
   }
-  for (int64_t off = 0; off < count; off += kMaxChunk) {
-    const int n = int(std::min(kMaxChunk, count - off));
-    MPI_Request req;
+  // In pieces of kPipelineBytes, two in flight: OpenMPI's nonblocking all-reduce of one large
+  // message runs at half the link's rate over TCP, pieces at its full rate
+  // (docs/BENCHMARKS.md "Data-parallel gradient buckets").
+  const int64_t piece = std::max<int64_t>(1, kPipelineBytes / (is_16bit_float(dtype) ? 4 : esize));
+  MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  int64_t posted = 0;
+  for (int64_t off = 0; off < count; off += piece, ++posted) {
+    const int n = int(std::min(piece, count - off));
+    MPI_Request& req = pending[posted % 2];
+    if (req != MPI_REQUEST_NULL) wait_op(req, "all_reduce");  // the piece before the last
     if (is_16bit_float(dtype)) {
       check(MPI_Iallreduce(MPI_IN_PLACE, scratch_.data() + off, n, type, mpi_op(op), comm_, &req),
             "all_reduce");
@@ -202,8 +214,9 @@ void MpiCommunicator::all_reduce(const void* in, void* out, int64_t count, DType
                            &req),
             "all_reduce");
     }
-    wait_op(req, "all_reduce");
   }
+  for (int64_t k = posted; k < posted + 2; ++k)
+    if (pending[k % 2] != MPI_REQUEST_NULL) wait_op(pending[k % 2], "all_reduce");
   if (is_16bit_float(dtype)) narrow(scratch_.data(), out, count, dtype);
 }
 

@@ -1,6 +1,7 @@
 // Generation flags with spin-then-futex waits, timeouts and abort propagation for the threads
 // backend. A waiter spins briefly (ranks usually arrive within microseconds), then sleeps on the
-// peer's flag word in short slices so it also notices aborts, exits and its deadline.
+// peer's flag word in short slices so it also notices aborts, exits and its deadline; a thread
+// set to sleeping waits (core/threading.h) sleeps at once.
 #include "comm/threads/group_state.h"
 
 #include <linux/futex.h>
@@ -19,6 +20,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/threading.h"
 
 namespace tensorpar::threads {
 
@@ -94,13 +96,14 @@ void GroupState::arrive(int r, uint32_t gen) {
 
 void GroupState::wait_for(int peer, uint32_t gen, const WaitContext& ctx, bool drain) {
   RankFlag& f = flags_[size_t(peer)];
-  for (int i = 0; i < spin_iters_; ++i) {
+  const bool sleep_at_once = sleeping_comm_waits();
+  for (int i = 0; i < (sleep_at_once ? 0 : spin_iters_); ++i) {
     if (reached(f.gen.load(std::memory_order_acquire), gen)) return;
     cpu_relax();
   }
   const auto start = std::chrono::steady_clock::now();
   const double timeout = options_.timeout_s;
-  for (int yields = 0;; ++yields) {
+  for (int yields = sleep_at_once ? 16 : 0;; ++yields) {
     if (reached(f.gen.load(std::memory_order_acquire), gen)) return;
     if (!drain && abort_->aborted()) fail_aborted(ctx);
     if (!drain && abort_->exited(world_rank(peer))) {
