@@ -186,7 +186,10 @@ TrainSizes resolve_train_sizes(const CommonOptions& common, const ModelConfig& c
   std::string source;
   const int world = auto_world_size(common, &source);
   const ModelSpec m = model_spec_from_config(config, "train");
-  const ClusterSpec c = cluster_for_world(common, world);
+  ClusterSpec c = cluster_for_world(common, world);
+  // How tensorpar reduces dp gradients: overlapped with the last backward in buckets (not
+  // ZeRO-1's reduce-scatter, which runs after backward).
+  c.eff.dp_overlap = req.dp_buckets && req.zero == 0;
   TrainWorkload w;  // tensorpar trains with f32 weights, gradients and activations
   w.global_batch = req.batch;
   w.seq = req.seq;

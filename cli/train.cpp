@@ -270,6 +270,7 @@ void run_train(TrainCliOptions& o) {
     req.pipeline_allowed = o.model.empty() && o.common.ep == 1;
     req.zero = o.zero;
     req.sequence_parallel = o.sequence_parallel;
+    req.dp_buckets = o.dp_bucket_mb > 0;
     const TrainSizes sizes = resolve_train_sizes(o.common, config, req);
     o.common.tp = sizes.tp, o.pp = sizes.pp, o.dp = sizes.dp;
     run.train.micro_batch = sizes.micro_batch;

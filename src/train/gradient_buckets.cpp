@@ -2,6 +2,7 @@
 #include "train/gradient_buckets.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "core/error.h"
@@ -88,13 +89,17 @@ void GradientBuckets::launch(Bucket& b) {
   float* staging = staging_[size_t(b.group)].data();
   const std::vector<ParamShard>* grads = &b.grads;
   const int64_t elements = b.elements;
-  threads_[size_t(b.group)]->submit([staging, grads, elements](Communicator& c) {
+  std::atomic<double>* reduce_s = &reduce_s_;
+  threads_[size_t(b.group)]->submit([staging, grads, elements, reduce_s](Communicator& c) {
     int64_t at = 0;
     for (const ParamShard& p : *grads) {
       std::memcpy(staging + at, p.grad->data<float>(), size_t(p.grad->numel()) * sizeof(float));
       at += p.grad->numel();
     }
+    const auto t0 = std::chrono::steady_clock::now();
     c.all_reduce(staging, staging, elements, DType::kF32, ReduceOp::kSum);
+    reduce_s->fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                        std::memory_order_relaxed);
     at = 0;
     for (const ParamShard& p : *grads) {
       std::memcpy(p.grad->data<float>(), staging + at, size_t(p.grad->numel()) * sizeof(float));
@@ -109,10 +114,6 @@ void GradientBuckets::finish() {
   for (auto& t : threads_) t->wait_all();
 }
 
-double GradientBuckets::reduce_seconds() const {
-  double s = 0;
-  for (const auto& t : threads_) s += t->busy_seconds();
-  return s;
-}
+double GradientBuckets::reduce_seconds() const { return reduce_s_.load(std::memory_order_relaxed); }
 
 }  // namespace tensorpar

@@ -9,6 +9,7 @@
 // backward; only the backend's summation order may differ (not at all for two ranks).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -40,7 +41,8 @@ class GradientBuckets {
   // Buckets of this step launched by the hook, before finish() was called: reduced while
   // backward went on.
   int64_t launched_during_backward() const { return launched_early_; }
-  // Seconds the communication threads have spent reducing, since construction.
+  // Seconds the communication threads have spent in the buckets' all-reduces (packing not
+  // counted), since construction.
   double reduce_seconds() const;
 
  private:
@@ -61,6 +63,7 @@ class GradientBuckets {
   int64_t backwards_ = 0;
   size_t next_ = 0;  // the first bucket not launched
   int64_t launched_early_ = 0;
+  std::atomic<double> reduce_s_{0.0};  // added by the communication threads
 };
 
 }  // namespace tensorpar

@@ -164,6 +164,7 @@ StepLog Trainer::train_step() {
   StepLog log;
   Communicator* pp = pipeline_ ? &pipeline_->pp() : nullptr;
   const auto reduce0 = std::chrono::steady_clock::now();
+  double bucket_wait_s = 0;  // waiting for buckets in flight after backward
   auto exposed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce0).count(); };
   if (dist_) {
     // The tied embedding's two stage copies summed first, then each DP rank's chunk over DP:
@@ -176,6 +177,7 @@ StepLog Trainer::train_step() {
   } else {
     if (buckets_) {
       buckets_->finish();
+      bucket_wait_s = exposed();
       reduce_loss_over_dp(loss);
       log.dp_bucket_s = buckets_->reduce_seconds() - bucket_s0;
       log.dp_buckets = buckets_->buckets();
@@ -206,8 +208,14 @@ StepLog Trainer::train_step() {
     ++totals_.optimizer_steps;
   }
   log.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  for (size_t i = 0; i < timed_groups_.size(); ++i)
-    log.comm_s.emplace_back(timed_groups_[i].first, timed_groups_[i].second->seconds() - comm0[i]);
+  for (size_t i = 0; i < timed_groups_.size(); ++i) {
+    double seconds = timed_groups_[i].second->seconds() - comm0[i];
+    // The dp group's timer counts the bucket threads' collectives too (their groups are split
+    // from it): this rank's own time is the wait for them instead.
+    if (static_cast<const Communicator*>(timed_groups_[i].second) == dp_ && buckets_)
+      seconds = std::max(0.0, seconds - log.dp_bucket_s) + bucket_wait_s;
+    log.comm_s.emplace_back(timed_groups_[i].first, seconds);
+  }
   log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
   return log;
 }

@@ -90,7 +90,9 @@ struct StepLog {
   int64_t activation_bytes = 0;  // this rank's (CausalLM::activation_bytes after the step)
   // Seconds of this step this rank spent in each timed group's collectives and point-to-point
   // calls (Trainer::time_groups), by group name; the rest of `ms` is compute and the rank's own
-  // work. Time in a collective includes waiting for the slowest rank to reach it.
+  // work. Time in a collective includes waiting for the slowest rank to reach it. With gradient
+  // buckets the dp group's entry is this rank's waiting for them after backward, not their
+  // reduction on the communication thread (dp_bucket_s).
   std::vector<std::pair<std::string, double>> comm_s;
   // Data parallelism: seconds this step spent on the gradients' reduction after backward returned
   // (the whole reduction without buckets; with them, waiting for the buckets still in flight).
@@ -133,7 +135,8 @@ class Trainer {
   StepLog train_step();
   // Time each step's collectives in these groups (name, timer), for StepLog::comm_s: e.g. "tp",
   // "pp" (the pipeline's sends and receives: transfer and waiting on the other stages), "dp"
-  // (the gradient reduction, none of it overlapped with compute).
+  // (the gradient reduction after backward: all of it, or the wait for buckets in flight). The
+  // dp group's timer must be the Communicator the trainer was given as dp.
   void time_groups(std::vector<std::pair<std::string, const TimedCommunicator*>> groups) {
     timed_groups_ = std::move(groups);
   }

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 
+#include "comm/timed_communicator.h"
 #include "parallel/mesh.h"
 #include "train/distributed_optimizer.h"
 #include "train/pipeline_schedule.h"
@@ -333,6 +334,35 @@ TEST(DpBuckets, TrainAsTheReductionAfterBackward) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("--zero 1"), std::string::npos) << e.what();
   }
+}
+
+// The step-time breakdown with buckets: the dp entry of comm_s is this rank's own time (its wait
+// after backward and its own dp calls), not the communication thread's reduction (dp_bucket_s),
+// so it stays within the step; every bucket was launched by backward.
+TEST(DpBuckets, StepBreakdownCountsTheWaitNotTheThreadsReduction) {
+  const ModelConfig c = four_layer_llama(true);
+  const TokenCorpus corpus = random_corpus(c.vocab_size);
+  TrainOptions o = small_run();
+  o.eval_every = 0;
+  o.dp_bucket_bytes = 8 << 10;
+  run_model_ranks(2, [&](Communicator& world) {
+    DeviceMesh mesh(world, {.tp = 1, .dp = 2});
+    Transformer model(c, mesh.tp());
+    model.init_weights(5);
+    TimedCommunicator dp(mesh.dp());
+    Trainer t(model, corpus, o, &dp);
+    t.time_groups({{"dp", &dp}});
+    t.run([&](const StepLog& l) {
+      ASSERT_EQ(l.comm_s.size(), 1u);
+      EXPECT_EQ(l.comm_s[0].first, "dp");
+      EXPECT_GE(l.comm_s[0].second, 0.0);
+      EXPECT_LE(l.comm_s[0].second, l.ms / 1000);
+      EXPECT_LE(l.dp_exposed_s, l.ms / 1000);
+      EXPECT_GT(l.dp_bucket_s, 0.0);
+      EXPECT_GT(l.dp_buckets, 1);
+      EXPECT_EQ(l.dp_buckets_during_backward, l.dp_buckets);
+    });
+  });
 }
 
 // Checkpoints of a ZeRO run hold whole moments: a run saved under it resumes without it at
