@@ -230,7 +230,7 @@ def run_json(cmd, env=None):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"decode_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
-    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    return json.loads([ln for ln in p.stdout.split("\n") if ln.startswith("{")][-1])
 
 
 def engine_cmd(engine, a, name, prompt, n):

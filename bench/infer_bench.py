@@ -33,7 +33,7 @@ def tensorpar_generate(binary, model, tp, threads, prompt, max_tokens, ctx):
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"infer_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    j = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    j = json.loads([ln for ln in p.stdout.split("\n") if ln.startswith("{")][-1])
     j["wall_s"] = wall
     return j
 
@@ -65,13 +65,13 @@ def tensorpar_ppl(binary, model, tp, threads, ctx, tokens_file=None, text_file=N
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"infer_bench: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    return json.loads([ln for ln in p.stdout.split("\n") if ln.startswith("{")][-1])
 
 
 def tensorpar_weight_bytes(binary, model, tp):
     p = subprocess.run([binary, "inspect", "--model", model, "--tp", str(tp), "--json"], capture_output=True,
                        text=True, check=True)
-    last = json.loads(p.stdout.strip().splitlines()[-1])
+    last = json.loads(p.stdout.strip().split("\n")[-1])
     return last["bytes_per_rank"], last["file_bytes"]
 
 

@@ -30,7 +30,7 @@ def tensorpar_json(cmd):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"model_vs_llamacpp: {' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
-    return json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    return json.loads([ln for ln in p.stdout.split("\n") if ln.startswith("{")][-1])
 
 
 def llama_greedy(llm, prompt, n):

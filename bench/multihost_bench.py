@@ -96,7 +96,7 @@ def decode_tok_s(prefix, backend, tp):
     out = run(prefix + [BIN, "generate", "-m", MODEL, "-p", "The history of the printing press", "-n", "48",
                         "--threads-per-rank", "1", "--json", "--backend", backend,
                         "--tp", str(tp)])
-    return json.loads(out.strip().splitlines()[-1])["decode_tok_s"]
+    return json.loads(out.strip().split("\n")[-1])["decode_tok_s"]
 
 
 TRAIN_SHAPE = ["--layers", "4", "--hidden", "256", "--heads", "8", "--kv-heads", "4", "--ffn", "1024"]

@@ -53,7 +53,7 @@ def main():
                 p = subprocess.run(cmd, capture_output=True, text=True)
                 if p.returncode != 0:
                     sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
-                runs[name].append(json.loads(p.stdout.strip().splitlines()[-1]))
+                runs[name].append(json.loads(p.stdout.strip().split("\n")[-1]))
     finally:
         os.unlink(prompt.name)
     ref_text = runs[LAYOUTS[0][0]][0]["text"]

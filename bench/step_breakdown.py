@@ -9,8 +9,9 @@ What each part means on this implementation:
     loss and the gradient norm; includes waiting for the slower TP rank to arrive;
   - pp: the pipeline's sends and receives of activations and their gradients, with the time a
     stage waits for its neighbour (the bubble shows up here);
-  - dp: the gradient reduction after backward (none of it overlaps compute: exposed), ZeRO-1's
-    reduce-scatter / all-gather;
+  - dp: the gradient reduction after backward: with --dp-bucket-mb (the default) the wait for the
+    buckets still in flight when backward returns, without it (or under ZeRO-1's reduce-scatter /
+    all-gather) all of it;
   - compute: everything else on the rank (matmuls, attention, optimizer, data).
 Two ranks, one thread each, pinned to two cores; medians over the steps after the first two and
 over --rounds interleaved rounds. Prints a Markdown table and writes --out JSON.
