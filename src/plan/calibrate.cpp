@@ -83,7 +83,7 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   c.memory_bytes = memory_bytes;
   c.reserved_bytes = 0;  // the caller measures the process's fixed memory (plan --calibrate)
   c.memory_Bps = std::max(memory_Bps / devices, fastest_weight_stream(gemm));  // the memcpy: a fallback
-  c.eff = {1.0, 1e7, 1.0, 1.0, false, true};
+  c.eff = {1.0, 1e7, 1.0, 1.0, false, true, true};  // tensorpar runs here
   for (const auto& g : gemm) c.peak_flops = std::max(c.peak_flops, g.flops_per_s);
   // The efficiency curve describes compute-bound GEMMs (training's, prefill's): samples whose
   // FLOPs per weight byte reach the machine's balance (peak / bandwidth). Below it (decode's few

@@ -53,7 +53,7 @@ ClusterSpec this_machine() {
   c.memory_Bps = 7.32e9;           // fastest M = 1 weight stream
   c.intra = {4.28e9, 0.52e-6, 1};  // threads-backend all-reduce, 2 ranks
   c.inter = c.intra;
-  c.eff = {1.0, 0.2e9, 1.0, 1.0, false, true};
+  c.eff = {1.0, 0.2e9, 1.0, 1.0, false, true, true};
   return c;
 }
 
@@ -139,6 +139,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
     c.eff.link = e.value("link", c.eff.link);
     c.eff.dp_overlap = e.value("dp_overlap", c.eff.dp_overlap);
     c.eff.fused_attention = e.value("fused_attention", c.eff.fused_attention);
+    c.eff.tensorpar_buffers = e.value("tensorpar_buffers", c.eff.tensorpar_buffers);
   }
   c.validate(where);
   return c;
@@ -161,7 +162,8 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"memory", c.eff.memory},
             {"link", c.eff.link},
             {"dp_overlap", c.eff.dp_overlap},
-            {"fused_attention", c.eff.fused_attention}}}};
+            {"fused_attention", c.eff.fused_attention},
+            {"tensorpar_buffers", c.eff.tensorpar_buffers}}}};
   if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);
   if (c.node_memory_Bps > 0) j["device"]["node_memory_bandwidth_gbps"] = c.node_memory_Bps * 1e-9;
   if (!c.node_weight_stream_Bps.empty())

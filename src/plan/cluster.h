@@ -26,6 +26,10 @@ struct EfficiencySpec {
   double link = 0.8;             // fraction of link bandwidth a large collective reaches
   bool dp_overlap = false;       // DP gradient reduction overlaps the backward pass
   bool fused_attention = false;  // flash attention: no s x s scores in memory
+  // The activations tensorpar's trainer keeps beyond the per-layer formula: each layer's fused
+  // q/k/v output beside q, k and v; each micro-batch's stage output and (rows, h) gradients (and
+  // the final norm's output on the last stage); under SP three gathered (s b, h) buffers a stage.
+  bool tensorpar_buffers = false;
 };
 
 struct ClusterSpec {

@@ -148,7 +148,7 @@ double head_time(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, d
 }  // namespace
 
 double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bool sp, Recompute r,
-                              bool fused_attention) {
+                              bool fused_attention, bool fused_qkv_copy) {
   const double C = double(m.hidden), sb = s * b;
   if (r == Recompute::kFull) return kAct * sb * C / (sp ? tp : 1);  // the layer's input only
   const LocalSizes l = local_sizes(m, tp);
@@ -156,12 +156,13 @@ double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bo
   const double rep = sb * C * (4 * kAct + (m.dropout ? 2 : 0)) / (sp ? tp : 1);
   // Sharded over TP: Q, K, V, the output projection's input, the MLP's inner activations.
   const double attn = kAct * sb * (l.q + l.kv) + kAct * sb * l.kv + kAct * sb * l.q;
+  const double qkv_copy = fused_qkv_copy ? kAct * sb * (l.q + 2 * l.kv) : 0;
   const double mlp = kAct * sb * l.ffn * (m.mlp == MlpMatrices::kGated ? 3 : 2) * routed(m);
   // Softmax output (+ dropout mask and output): 5 a s^2 b with dropout, 2 without.
   const double scores = (r == Recompute::kSelective || fused_attention)
                             ? 0
                             : b * l.heads * s * s * (m.dropout ? 5 : kAct);
-  return rep + attn + mlp + scores;
+  return rep + attn + qkv_copy + mlp + scores;
 }
 
 std::string train_plan_problem(const ModelSpec& m, const ClusterSpec& c, const TrainWorkload& w,
@@ -246,8 +247,16 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
 
   // Memory on the fuller of the first and last stages.
   const double opt_div = p.zero == 1 ? p.dp : 1;
-  const double act_layer =
-      act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, p.recompute, c.eff.fused_attention);
+  const bool tp_buffers = c.eff.tensorpar_buffers;
+  const double act_layer = act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, p.recompute,
+                                                              c.eff.fused_attention, tp_buffers);
+  // tensorpar (eff.tensorpar_buffers): per micro-batch held, the stage's output and the gradients
+  // d_x, d_h (rows, h), + the final norm's output on the last stage; under SP the three gathered
+  // (s b, h) buffers every layer and micro-batch of the stage share.
+  const double rows = b * s / (p.sp ? p.tp : 1), C = double(m.hidden);
+  const double state = tp_buffers ? act_scale * kAct * rows * C * 3 : 0;
+  const double head_state = tp_buffers ? act_scale * kAct * rows * C : 0;
+  const double sp_scratch = tp_buffers && p.sp ? act_scale * kAct * b * s * C * 3 : 0;
   // 1F1B: the first stage keeps min(m, p) micro-batches in flight; interleaving adds
   // (p - 1) / (p v) of that (Korthikanti et al. 2022, section 4.2.3).
   double in_flight = double(std::min<int64_t>(m_micro, p.pp));
@@ -255,9 +264,11 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
   double act_first = layers_stage * act_layer * in_flight;
   if (p.recompute == Recompute::kFull)  // one layer's activations while it is recomputed
     act_first += act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, Recompute::kNone,
-                                                    c.eff.fused_attention);
+                                                    c.eff.fused_attention, tp_buffers);
+  act_first += state * in_flight + sp_scratch;
   const double logits = 2 * 4 * b * s * local_sizes(m, p.tp).vocab;  // fp32 logits + gradient
-  const double act_last = (p.pp == 1 ? act_first : layers_stage * act_layer) + logits;
+  const double act_last = (p.pp == 1 ? act_first : layers_stage * act_layer + state + sp_scratch) + logits +
+                          head_state;
   auto stage_total = [&](double prm, double act) {
     return prm * (w.weight_bytes + w.grad_bytes + w.optimizer_bytes / opt_div) + act;
   };

@@ -71,8 +71,9 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
 
 // Activation bytes one layer holds for one micro-batch between its forward and backward
 // (Korthikanti et al. 2022, generalised to GQA and gated MLPs; 16-bit activations).
-// `fused_attention`: no s x s scores are kept (flash attention).
+// `fused_attention`: no s x s scores are kept (flash attention); `fused_qkv_copy`: the fused
+// q/k/v projection's output is kept beside q, k and v (tensorpar).
 double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bool sp, Recompute r,
-                              bool fused_attention);
+                              bool fused_attention, bool fused_qkv_copy = false);
 
 }  // namespace tensorpar::plan
