@@ -89,7 +89,7 @@ void GradientBuckets::launch(Bucket& b) {
   float* staging = staging_[size_t(b.group)].data();
   const std::vector<ParamShard>* grads = &b.grads;
   const int64_t elements = b.elements;
-  std::atomic<double>* reduce_s = &reduce_s_;
+  std::atomic<double>* reduce_s = &reduce_s_[b.group];
   threads_[size_t(b.group)]->submit([staging, grads, elements, reduce_s](Communicator& c) {
     int64_t at = 0;
     for (const ParamShard& p : *grads) {
@@ -114,6 +114,8 @@ void GradientBuckets::finish() {
   for (auto& t : threads_) t->wait_all();
 }
 
-double GradientBuckets::reduce_seconds() const { return reduce_s_.load(std::memory_order_relaxed); }
+double GradientBuckets::reduce_seconds() const {
+  return reduce_s_[0].load(std::memory_order_relaxed) + reduce_s_[1].load(std::memory_order_relaxed);
+}
 
 }  // namespace tensorpar

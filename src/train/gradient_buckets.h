@@ -42,8 +42,9 @@ class GradientBuckets {
   // backward went on.
   int64_t launched_during_backward() const { return launched_early_; }
   // Seconds the communication threads have spent in the buckets' all-reduces (packing not
-  // counted), since construction.
+  // counted), since construction: all of them, or the dp group's alone.
   double reduce_seconds() const;
+  double dp_reduce_seconds() const { return reduce_s_[0].load(std::memory_order_relaxed); }
 
  private:
   struct Bucket {
@@ -63,7 +64,7 @@ class GradientBuckets {
   int64_t backwards_ = 0;
   size_t next_ = 0;  // the first bucket not launched
   int64_t launched_early_ = 0;
-  std::atomic<double> reduce_s_{0.0};  // added by the communication threads
+  std::atomic<double> reduce_s_[2] = {0.0, 0.0};  // per group (dp, edp): added by their threads
 };
 
 }  // namespace tensorpar

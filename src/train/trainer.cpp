@@ -147,6 +147,7 @@ StepLog Trainer::train_step() {
   // This DP rank's micro-batches m = dp_rank + i * dp.
   const int64_t mine = (n_micro - dp_rank_ + dp_size_ - 1) / dp_size_;
   const double bucket_s0 = buckets_ ? buckets_->reduce_seconds() : 0.0;
+  const double dp_bucket_s0 = buckets_ ? buckets_->dp_reduce_seconds() : 0.0;
   if (buckets_) buckets_->begin_step(mine);
   if (pipeline_) {
     // Through the stages in 1F1B order.
@@ -213,7 +214,7 @@ StepLog Trainer::train_step() {
     // The dp group's timer counts the bucket threads' collectives too (their groups are split
     // from it): this rank's own time is the wait for them instead.
     if (static_cast<const Communicator*>(timed_groups_[i].second) == dp_ && buckets_)
-      seconds = std::max(0.0, seconds - log.dp_bucket_s) + bucket_wait_s;
+      seconds = std::max(0.0, seconds - (buckets_->dp_reduce_seconds() - dp_bucket_s0)) + bucket_wait_s;
     log.comm_s.emplace_back(timed_groups_[i].first, seconds);
   }
   log.tokens_per_s = double(o_.batch * o_.seq) / (log.ms / 1000.0);
