@@ -187,9 +187,8 @@ TrainSizes resolve_train_sizes(const CommonOptions& common, const ModelConfig& c
   const int world = auto_world_size(common, &source);
   const ModelSpec m = model_spec_from_config(config, "train");
   ClusterSpec c = cluster_for_world(common, world);
-  // How tensorpar reduces dp gradients: overlapped with the last backward in buckets (not
-  // ZeRO-1's reduce-scatter, which runs after backward).
-  c.eff.dp_overlap = req.dp_buckets && req.zero == 0;
+  // How tensorpar reduces dp gradients: overlapped with the last backward in buckets.
+  c.eff.dp_overlap = req.dp_buckets;
   TrainWorkload w;  // tensorpar trains with f32 weights, gradients and activations
   w.global_batch = req.batch;
   w.seq = req.seq;

@@ -50,7 +50,7 @@ struct TrainSizeRequest {
   bool pipeline_allowed = true;  // false: fine-tuning --model or --ep > 1 keep pp at 1
   int zero = 0;                  // --zero: the distributed optimizer (priced when dp > 1)
   bool sequence_parallel = false;  // --sequence-parallel (priced as given)
-  bool dp_buckets = true;          // --dp-bucket-mb > 0: the dp all-reduce overlaps backward
+  bool dp_buckets = true;          // --dp-bucket-mb > 0: the dp reduction overlaps backward
 };
 struct TrainSizes {
   int tp = 1, pp = 1, dp = 1;

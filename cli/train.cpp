@@ -358,11 +358,7 @@ void run_train(TrainCliOptions& o) {
       effective.train.seq = std::min(run.train.seq, model->config().max_position);
     TrainOptions topt = effective.train;
     topt.distributed_optimizer = o.zero == 1;
-    // Buckets overlap the replicated optimizer's all-reduce; ZeRO-1 reduce-scatters after backward.
-    TP_CHECK(o.zero == 0 || !o.given.count("dp-bucket-mb") || o.dp_bucket_mb == 0, "[train] --dp-bucket-mb ",
-             o.dp_bucket_mb, " overlaps the all-reduce of replicated optimizer state with backward; --zero 1 ",
-             "reduce-scatters the gradients after backward instead: drop one of the two");
-    topt.dp_bucket_bytes = o.zero == 1 ? 0 : int64_t(o.dp_bucket_mb * 1024 * 1024);
+    topt.dp_bucket_bytes = int64_t(o.dp_bucket_mb * 1024 * 1024);
     topt.compute.sequence_parallel = o.sequence_parallel;
     // Test hook (docs/reliability.md): TENSORPAR_POISON_BATCH=batch:N,kind:nan|spike.
     if (const char* poison = std::getenv("TENSORPAR_POISON_BATCH"); poison && *poison)
@@ -498,9 +494,9 @@ void add_train_command(CLI::App& app) {
                   "gradients reduce-scattered and parameters all-gathered; 0: replicated")
       ->check(CLI::Range(0, 1));
   cmd->add_option("--dp-bucket-mb", o->dp_bucket_mb,
-                  "Data parallelism: gradients all-reduced in buckets of this many MiB on a communication "
-                  "thread as soon as backward has finished them, overlapping the rest of backward; 0: all "
-                  "after backward")
+                  "Data parallelism: gradients all-reduced (with --zero 1: reduce-scattered) in buckets of "
+                  "this many MiB on a communication thread as soon as backward has finished them, "
+                  "overlapping the rest of backward; 0: all after backward")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--pp-layers", o->pp_layers,
                   "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -80,6 +81,17 @@ class KvCache {
 // the last, then the embedding and anything else at the end of backward (kEndGrads).
 inline constexpr int64_t kHeadGrads = -1;
 inline constexpr int64_t kEndGrads = -2;
+// A part no backward reports: a trainer holds these gradients until backward has returned (a
+// tied embedding's pipeline copies, summed between the stages first, under ZeRO-1).
+inline constexpr int64_t kHeldGrads = -3;
+
+// A sort key for parts in the order backward completes them (held parts after everything).
+inline std::pair<int, int64_t> backward_position(int64_t part) {
+  if (part == kHeadGrads) return {0, 0};
+  if (part == kEndGrads) return {2, 0};
+  if (part == kHeldGrads) return {3, 0};
+  return {1, -part};
+}
 
 // A parameter shard as a trainer and a checkpoint see it.
 struct ParamShard {

@@ -8,31 +8,37 @@
 
 namespace tensorpar {
 
-DistributedAdamW::DistributedAdamW(const std::vector<ParamShard>& params, Communicator& dp, int64_t bucket)
+DistributedAdamW::DistributedAdamW(const std::vector<ParamShard>& params, Communicator& dp, int64_t bucket,
+                                   const std::vector<std::string>& held)
     : dp_(dp) {
   TP_CHECK(bucket >= 1, "[DistributedAdamW] bucket ", bucket, ", expected >= 1");
-  for (const ParamShard& p : params) {
+  slots_.resize(params.size());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const ParamShard& p = params[i];
     TP_CHECK(!p.expert, "[DistributedAdamW] '", p.name,
              "' is an expert shard (expert parallelism): the distributed optimizer covers dense models");
-    Slot s;
-    if (p.grad) {
-      TP_CHECK(p.value->dtype() == DType::kF32 && p.value->is_contiguous(), "[DistributedAdamW] parameter '",
-               p.name, "' is ", p.value->describe(), ", expected contiguous f32 master weights");
-      s.offset = total_, s.numel = p.value->numel(), s.copies = p.copies;
-      total_ += s.numel;
-    }
-    slots_.push_back(s);
+    if (!p.grad) continue;
+    TP_CHECK(p.value->dtype() == DType::kF32 && p.value->is_contiguous(), "[DistributedAdamW] parameter '",
+             p.name, "' is ", p.value->describe(), ", expected contiguous f32 master weights");
+    slots_[i].numel = p.value->numel(), slots_[i].copies = p.copies;
+    slots_[i].part = std::find(held.begin(), held.end(), p.name) != held.end() ? kHeldGrads : p.grad_part;
+    order.push_back(i);
   }
+  // The flat space in backward's order, so that a bucket's gradients are final together.
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return backward_position(slots_[a].part) < backward_position(slots_[b].part);
+  });
+  for (size_t i : order) slots_[i].offset = total_, total_ += slots_[i].numel;
   // Every DP rank must lay out the same space (same shards, same order).
   int64_t check[2] = {total_, -total_};
   dp_.all_reduce(check, check, 2, DType::kI64, ReduceOp::kMax);
   TP_CHECK(check[0] == total_ && -check[1] == total_, "[DistributedAdamW] the data-parallel ranks hold ",
            -check[1], " to ", check[0], " trainable elements: their parameters differ");
   chunk_ = std::max<int64_t>(1, (total_ + dp_.size() - 1) / dp_.size());
-  begin_ = chunk_ * dp_.rank();
   bucket_ = std::min(bucket, chunk_);
-  send_.assign(size_t(bucket_ * dp_.size()), 0.0f);
-  recv_.assign(size_t(bucket_ * dp_.size()), 0.0f);
+  send_.assign(size_t(staging_floats()), 0.0f);
+  recv_.assign(size_t(staging_floats()), 0.0f);
   m_.assign(size_t(chunk_), 0.0f);
   v_.assign(size_t(chunk_), 0.0f);
 }
@@ -65,16 +71,37 @@ void DistributedAdamW::scatter_flat(const std::vector<ParamShard>& params, bool 
   });
 }
 
-void DistributedAdamW::reduce_gradients(const std::vector<ParamShard>& params) {
-  const int R = dp_.size();
-  // Bucket k of every rank's chunk at once. A rank's own region is overwritten with its sums only
-  // after the bucket's collective, and later buckets read other regions: no sum is read back.
-  for (int64_t k = 0; k < chunk_; k += bucket_) {
-    const int64_t n = std::min(bucket_, chunk_ - k);
-    for (int r = 0; r < R; ++r) gather_flat(params, true, r * chunk_ + k, n, send_.data() + r * n);
-    dp_.reduce_scatter(send_.data(), recv_.data(), n, DType::kF32, ReduceOp::kSum);
-    scatter_flat(params, true, begin_ + k, n, recv_.data());
+template <typename F>
+void DistributedAdamW::for_chunk(const std::vector<ParamShard>& params, F&& fn) const {
+  for (int64_t j = 0; j < buckets(); ++j) {
+    const int64_t n = bucket_size(j), lo = bucket_flat(j) + dp_.rank() * n;
+    for_range(params, lo, lo + n,
+              [&](size_t i, int64_t p0, int64_t off, int64_t k) { fn(i, p0, bucket_begin(j) + off, k); });
   }
+}
+
+void DistributedAdamW::reduce_bucket(const std::vector<ParamShard>& params, int64_t j, Communicator& dp, float* send,
+                                     float* recv) const {
+  TP_CHECK(j >= 0 && j < buckets(), "[DistributedAdamW] bucket ", j, " of ", buckets());
+  // The bucket's dp pieces are one contiguous range of the flat space; this rank's sums go back
+  // into its own piece only after the collective.
+  const int64_t n = bucket_size(j);
+  gather_flat(params, true, bucket_flat(j), n * dp.size(), send);
+  dp.reduce_scatter(send, recv, n, DType::kF32, ReduceOp::kSum);
+  scatter_flat(params, true, bucket_flat(j) + dp.rank() * n, n, recv);
+}
+
+void DistributedAdamW::reduce_gradients(const std::vector<ParamShard>& params) {
+  for (int64_t j = 0; j < buckets(); ++j) reduce_bucket(params, j, dp_, send_.data(), recv_.data());
+}
+
+std::vector<int64_t> DistributedAdamW::bucket_parts(const std::vector<ParamShard>& params, int64_t j) const {
+  std::vector<int64_t> parts;
+  for_range(params, bucket_flat(j), bucket_flat(j) + bucket_size(j) * dp_.size(),
+            [&](size_t i, int64_t, int64_t, int64_t) {
+              if (std::find(parts.begin(), parts.end(), slots_[i].part) == parts.end()) parts.push_back(slots_[i].part);
+            });
+  return parts;
 }
 
 double DistributedAdamW::clip(const std::vector<ParamShard>& params, Communicator& tp, double max_norm,
@@ -110,25 +137,23 @@ void DistributedAdamW::step(const std::vector<ParamShard>& params, AdamW& opt, f
     adamw_step(params[i].value->data<float>() + p0, m_.data() + c, v_.data() + c,
                params[i].grad->data<float>() + p0, n, opt.steps(), cfg);
   });
-  // Every rank's updated chunk to every rank, bucket by bucket.
-  const int R = dp_.size();
-  for (int64_t k = 0; k < chunk_; k += bucket_) {
-    const int64_t n = std::min(bucket_, chunk_ - k);
-    gather_flat(params, false, begin_ + k, n, send_.data());
+  // Every rank's updated pieces to every rank, bucket by bucket.
+  for (int64_t j = 0; j < buckets(); ++j) {
+    const int64_t n = bucket_size(j), flat = bucket_flat(j);
+    gather_flat(params, false, flat + dp_.rank() * n, n, send_.data());
     dp_.all_gather(send_.data(), recv_.data(), n, DType::kF32);
-    for (int r = 0; r < R; ++r)
-      if (r != dp_.rank()) scatter_flat(params, false, r * chunk_ + k, n, recv_.data() + r * n);
+    for (int r = 0; r < dp_.size(); ++r)
+      if (r != dp_.rank()) scatter_flat(params, false, flat + r * n, n, recv_.data() + r * n);
   }
 }
 
 void DistributedAdamW::export_state(const std::vector<ParamShard>& params, AdamW& opt) {
-  const int R = dp_.size();
   for (const std::vector<float>* moment : {&m_, &v_}) {
-    for (int64_t k = 0; k < chunk_; k += bucket_) {
-      const int64_t n = std::min(bucket_, chunk_ - k);
-      dp_.all_gather(moment->data() + k, recv_.data(), n, DType::kF32);
-      for (int r = 0; r < R; ++r)
-        for_range(params, r * chunk_ + k, r * chunk_ + k + n, [&](size_t i, int64_t p0, int64_t off, int64_t c) {
+    for (int64_t j = 0; j < buckets(); ++j) {
+      const int64_t n = bucket_size(j), flat = bucket_flat(j);
+      dp_.all_gather(moment->data() + bucket_begin(j), recv_.data(), n, DType::kF32);
+      for (int r = 0; r < dp_.size(); ++r)
+        for_range(params, flat + r * n, flat + (r + 1) * n, [&](size_t i, int64_t p0, int64_t off, int64_t c) {
           AdamWState& s = opt.state(params[i]);
           Tensor& t = moment == &m_ ? s.exp_avg : s.exp_avg_sq;
           std::memcpy(t.data<float>() + p0, recv_.data() + r * n + off, size_t(c) * sizeof(float));

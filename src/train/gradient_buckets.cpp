@@ -2,23 +2,12 @@
 #include "train/gradient_buckets.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
+#include "comm/timed_communicator.h"
 #include "core/error.h"
 
 namespace tensorpar {
-
-namespace {
-
-// Position of a part in backward: the head, the layers from the last, the end.
-std::pair<int, int64_t> backward_position(int64_t part) {
-  if (part == kHeadGrads) return {0, 0};
-  if (part == kEndGrads) return {2, 0};
-  return {1, -part};
-}
-
-}  // namespace
 
 GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, Communicator& dp, Communicator* edp,
                                  int64_t bucket_bytes) {
@@ -29,31 +18,81 @@ GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, Communic
   if (experts) threads_.push_back(std::make_unique<CommThread>(*edp));
   staging_.resize(threads_.size());
 
-  std::vector<ParamShard> order;
   for (const ParamShard& p : params)
-    if (p.grad && p.grad->numel() > 0 && threads_[p.expert ? 1 : 0]->size() > 1) order.push_back(p);
-  std::stable_sort(order.begin(), order.end(), [](const ParamShard& a, const ParamShard& b) {
+    if (p.grad && p.grad->numel() > 0 && threads_[p.expert ? 1 : 0]->size() > 1) params_.push_back(p);
+  std::stable_sort(params_.begin(), params_.end(), [](const ParamShard& a, const ParamShard& b) {
     return backward_position(a.grad_part) < backward_position(b.grad_part);
   });
+  // Consecutive gradients of one group, [first, last) of params_, per bucket.
+  struct Span {
+    int group;
+    size_t first, last;
+    int64_t elements;
+  };
   const int64_t cap = std::max<int64_t>(1, bucket_bytes / int64_t(sizeof(float)));
+  std::vector<Span> spans;
   std::vector<int64_t> open(threads_.size(), -1);  // each group's bucket being filled
-  for (const ParamShard& p : order) {
+  std::vector<std::vector<size_t>> members;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamShard& p = params_[i];
     TP_CHECK(p.grad->dtype() == DType::kF32 && p.grad->is_contiguous(), "[GradientBuckets] gradient of ", p.name,
              " is ", p.grad->describe(), ", expected contiguous f32");
     const int g = p.expert ? 1 : 0;
     const int64_t n = p.grad->numel();
-    if (open[size_t(g)] < 0 || buckets_[size_t(open[size_t(g)])].elements + n > cap) {
-      open[size_t(g)] = int64_t(buckets_.size());
-      buckets_.push_back(Bucket{});
-      buckets_.back().group = g;
+    if (open[size_t(g)] < 0 || spans[size_t(open[size_t(g)])].elements + n > cap) {
+      open[size_t(g)] = int64_t(spans.size());
+      spans.push_back({g, i, i, 0});
+      members.emplace_back();
     }
-    Bucket& b = buckets_[size_t(open[size_t(g)])];
-    b.grads.push_back(p);
-    b.elements += n;
-    if (std::find(b.parts.begin(), b.parts.end(), p.grad_part) == b.parts.end()) b.parts.push_back(p.grad_part);
+    spans[size_t(open[size_t(g)])].elements += n;
+    members[size_t(open[size_t(g)])].push_back(i);
   }
-  for (const Bucket& b : buckets_)
-    staging_[size_t(b.group)].resize(std::max(staging_[size_t(b.group)].size(), size_t(b.elements)));
+  for (size_t s = 0; s < spans.size(); ++s) {
+    const int g = spans[s].group;
+    staging_[size_t(g)].resize(std::max(staging_[size_t(g)].size(), size_t(spans[s].elements)));
+  }
+  for (size_t s = 0; s < spans.size(); ++s) {
+    Bucket b;
+    b.group = spans[s].group;
+    for (size_t i : members[s])
+      if (std::find(b.parts.begin(), b.parts.end(), params_[i].grad_part) == b.parts.end())
+        b.parts.push_back(params_[i].grad_part);
+    float* staging = staging_[size_t(b.group)].data();
+    const std::vector<ParamShard>* ps = &params_;
+    const int64_t elements = spans[s].elements;
+    b.reduce = [staging, ps, idx = members[s], elements](Communicator& c) {
+      int64_t at = 0;
+      for (size_t i : idx) {
+        const Tensor& g = *(*ps)[i].grad;
+        std::memcpy(staging + at, g.data<float>(), size_t(g.numel()) * sizeof(float));
+        at += g.numel();
+      }
+      c.all_reduce(staging, staging, elements, DType::kF32, ReduceOp::kSum);
+      at = 0;
+      for (size_t i : idx) {
+        Tensor& g = *(*ps)[i].grad;
+        std::memcpy(g.data<float>(), staging + at, size_t(g.numel()) * sizeof(float));
+        at += g.numel();
+      }
+    };
+    buckets_.push_back(std::move(b));
+  }
+}
+
+GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, const DistributedAdamW& dist,
+                                 Communicator& dp)
+    : params_(params) {
+  threads_.push_back(std::make_unique<CommThread>(dp));
+  staging_.emplace_back(size_t(2 * dist.staging_floats()));
+  float* send = staging_[0].data();
+  float* recv = send + dist.staging_floats();
+  const std::vector<ParamShard>* ps = &params_;
+  for (int64_t j = 0; j < dist.buckets(); ++j) {
+    Bucket b;
+    b.parts = dist.bucket_parts(params_, j);
+    b.reduce = [&dist, ps, j, send, recv](Communicator& c) { dist.reduce_bucket(*ps, j, c, send, recv); };
+    buckets_.push_back(std::move(b));
+  }
 }
 
 void GradientBuckets::begin_step(int64_t backwards) {
@@ -69,7 +108,7 @@ void GradientBuckets::begin_step(int64_t backwards) {
 bool GradientBuckets::ready(const Bucket& b) const {
   for (int64_t part : b.parts) {
     const auto it = reported_.find(part);
-    if (it == reported_.end() || it->second < backwards_) return false;
+    if (part == kHeldGrads || it == reported_.end() || it->second < backwards_) return false;
   }
   return true;
 }
@@ -86,25 +125,12 @@ void GradientBuckets::gradients_done(int64_t part) {
 
 void GradientBuckets::launch(Bucket& b) {
   b.launched = true;
-  float* staging = staging_[size_t(b.group)].data();
-  const std::vector<ParamShard>* grads = &b.grads;
-  const int64_t elements = b.elements;
   std::atomic<double>* reduce_s = &reduce_s_[b.group];
-  threads_[size_t(b.group)]->submit([staging, grads, elements, reduce_s](Communicator& c) {
-    int64_t at = 0;
-    for (const ParamShard& p : *grads) {
-      std::memcpy(staging + at, p.grad->data<float>(), size_t(p.grad->numel()) * sizeof(float));
-      at += p.grad->numel();
-    }
-    const auto t0 = std::chrono::steady_clock::now();
-    c.all_reduce(staging, staging, elements, DType::kF32, ReduceOp::kSum);
-    reduce_s->fetch_add(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                        std::memory_order_relaxed);
-    at = 0;
-    for (const ParamShard& p : *grads) {
-      std::memcpy(p.grad->data<float>(), staging + at, size_t(p.grad->numel()) * sizeof(float));
-      at += p.grad->numel();
-    }
+  const std::function<void(Communicator&)>* reduce = &b.reduce;
+  threads_[size_t(b.group)]->submit([reduce, reduce_s](Communicator& c) {
+    TimedCommunicator timed(c);  // the collectives' time, not the packing
+    (*reduce)(timed);
+    reduce_s->fetch_add(timed.seconds(), std::memory_order_relaxed);
   });
 }
 

@@ -48,10 +48,10 @@ class Pipeline {
   // Copies the first stage's embedding into the last stage's tied head (after initialisation,
   // loading or resuming), so that both start equal.
   void sync_tied_weights();
+  // The first stage's copy of the tied embedding, or the last stage's (empty elsewhere).
+  std::vector<ParamShard> tied_copy();
 
  private:
-  // The first stage's copy of the tied embedding, or the last stage's (null elsewhere).
-  std::vector<ParamShard> tied_copy();
   double run(const std::vector<PipeStep>& steps, const MicroBatchFn& batch, float loss_scale, bool with_grad);
 
   Transformer& model_;

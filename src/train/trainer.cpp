@@ -54,17 +54,23 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
            "[Trainer] --on-divergence rollback rolls back to a checkpoint: pass --out DIR");
   model_.set_train_compute(o_.compute);
   if (pipeline_) pipeline_->sync_tied_weights();
+  TP_CHECK(o_.dp_bucket_bytes >= 0, "[Trainer] dp bucket size ", o_.dp_bucket_bytes, " bytes, expected >= 0");
+  const bool overlap = o_.dp_bucket_bytes > 0 && dp_size_ > 1;
   if (o_.distributed_optimizer && dp_size_ > 1) {
     TP_CHECK(!ep_, "[Trainer] the distributed optimizer (--zero 1) does not cover expert parallelism (--ep)");
-    dist_ = std::make_unique<DistributedAdamW>(parameters(), *dp_);
-  }
-  TP_CHECK(o_.dp_bucket_bytes >= 0, "[Trainer] dp bucket size ", o_.dp_bucket_bytes, " bytes, expected >= 0");
-  if (o_.dp_bucket_bytes > 0 && dp_size_ > 1) {
-    TP_CHECK(!dist_, "[Trainer] gradient buckets (--dp-bucket-mb) overlap the all-reduce of the replicated ",
-             "optimizer; the distributed optimizer (--zero 1) reduce-scatters after backward: use one or the other");
+    // A tied embedding's pipeline copies are summed between the stages before the reduce-scatter
+    // (the two stages lay out different spaces): their buckets wait for the end of backward.
+    std::vector<std::string> held;
+    if (pipeline_)
+      for (const ParamShard& p : pipeline_->tied_copy()) held.push_back(p.name);
+    const int64_t bucket = overlap ? std::max<int64_t>(1, o_.dp_bucket_bytes / int64_t(sizeof(float)) / dp_size_)
+                                   : DistributedAdamW::kBucket;
+    dist_ = std::make_unique<DistributedAdamW>(parameters(), *dp_, bucket, held);
+    if (overlap) buckets_ = std::make_unique<GradientBuckets>(parameters(), *dist_, *dp_);
+  } else if (overlap) {
     buckets_ = std::make_unique<GradientBuckets>(parameters(), *dp_, edp_, o_.dp_bucket_bytes);
-    model_.set_backward_hook([b = buckets_.get()](int64_t part) { b->gradients_done(part); });
   }
+  if (buckets_) model_.set_backward_hook([b = buckets_.get()](int64_t part) { b->gradients_done(part); });
 }
 
 Trainer::~Trainer() {
@@ -171,7 +177,12 @@ StepLog Trainer::train_step() {
     // The tied embedding's two stage copies summed first, then each DP rank's chunk over DP:
     // the same sums as below, taken in the other order (both are linear).
     if (pipeline_) pipeline_->reduce_tied_grads();
-    dist_->reduce_gradients(params);
+    if (buckets_) {
+      buckets_->finish();
+      bucket_wait_s = exposed();
+    } else {
+      dist_->reduce_gradients(params);
+    }
     reduce_loss_over_dp(loss);
     log.dp_exposed_s = exposed();
     log.grad_norm = dist_->clip(params, model_.tp(), o_.clip, pp);
@@ -180,15 +191,17 @@ StepLog Trainer::train_step() {
       buckets_->finish();
       bucket_wait_s = exposed();
       reduce_loss_over_dp(loss);
-      log.dp_bucket_s = buckets_->reduce_seconds() - bucket_s0;
-      log.dp_buckets = buckets_->buckets();
-      log.dp_buckets_during_backward = buckets_->launched_during_backward();
     } else if (dp_size_ > 1) {
       reduce_over_dp(params, loss);
     }
     if (dp_size_ > 1) log.dp_exposed_s = exposed();
     if (pipeline_) pipeline_->reduce_tied_grads();
     log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pp, ep_);
+  }
+  if (buckets_) {
+    log.dp_bucket_s = buckets_->reduce_seconds() - bucket_s0;
+    log.dp_buckets = buckets_->buckets();
+    log.dp_buckets_during_backward = buckets_->launched_during_backward();
   }
   log.lr = lr_at(step_, o_.lr, o_.warmup, o_.steps, o_.min_lr);
   log.step = step_ + 1;

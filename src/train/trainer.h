@@ -55,8 +55,8 @@ struct TrainOptions {
   // effect at dp 1. Numerically the replicated optimizer's step up to summation order.
   bool distributed_optimizer = false;
   // Data parallelism: gradients reduced in buckets of about this many bytes while backward goes
-  // on (gradient_buckets.h); 0: every gradient all-reduced after backward. Not with the
-  // distributed optimizer (its reduce-scatter runs after backward).
+  // on (gradient_buckets.h; with the distributed optimizer, reduce-scattered in buckets of this
+  // many bytes over the group); 0: every gradient reduced after backward.
   int64_t dp_bucket_bytes = 0;
 };
 

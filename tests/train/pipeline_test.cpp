@@ -312,7 +312,7 @@ TEST(DistributedOptimizer, EqualsTheReplicatedOptimizer) {
 // Gradient buckets reduced while backward goes on (gradient_buckets.h) train exactly as the
 // reduction after backward at dp 2 (each element is one addition either way), and within the
 // usual tolerance through tp, pipeline stages (tied: the last stage's copy too), sequence
-// parallelism and recomputation, and at dp 4; with ZeRO-1 they are refused with the reason.
+// parallelism and recomputation, and at dp 4; likewise ZeRO-1's reduce-scatter in buckets.
 TEST(DpBuckets, TrainAsTheReductionAfterBackward) {
   const ModelConfig c = four_layer_llama(true);
   const RunResult dp2 = run(c, 1, 1, 2);
@@ -328,41 +328,52 @@ TEST(DpBuckets, TrainAsTheReductionAfterBackward) {
   const TrainCompute sp_recompute{.recompute_layers = 2, .sequence_parallel = true};
   expect_same_training(run(c, 2, 1, 1), run(c, 2, 2, 2, {}, sp_recompute, false, "", "", 3, 8 << 10),
                        "tp 2 x pp 2 x dp 2 sp recompute buckets");
-  try {
-    run(c, 1, 1, 2, {}, {}, true, "", "", 3, 8 << 10);
-    ADD_FAILURE() << "buckets with ZeRO-1 were accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--zero 1"), std::string::npos) << e.what();
+  // ZeRO-1's buckets, reduce-scattered while backward goes on: at dp 2 the same as its reduction
+  // after backward bit for bit; with a tied embedding over two stages (its copies' buckets wait
+  // for the stages' sum), at dp 4 (pieces of 2 KiB: the last bucket padded) and in 3D with SP.
+  const RunResult zero = run(c, 1, 1, 2, {}, {}, true);
+  for (int64_t bytes : {int64_t(64), int64_t(8) << 10}) {
+    const RunResult bucketed = run(c, 1, 1, 2, {}, {}, true, "", "", 3, bytes);
+    EXPECT_EQ(bucketed.losses, zero.losses) << "zero, " << bytes << " bytes";
+    EXPECT_EQ(bucketed.weights, zero.weights) << "zero, " << bytes << " bytes";
   }
+  expect_same_training(whole, run(c, 1, 2, 2, {}, {}, true, "", "", 3, 8 << 10), "pp 2 x dp 2 zero buckets (tied)");
+  expect_same_training(whole, run(c, 1, 1, 4, {}, {}, true, "", "", 3, 8 << 10), "dp 4 zero buckets");
+  const TrainCompute sp{.sequence_parallel = true};
+  expect_same_training(run(c, 2, 1, 1), run(c, 2, 2, 2, {}, sp, true, "", "", 3, 8 << 10),
+                       "tp 2 x pp 2 x dp 2 sp zero buckets");
 }
 
 // The step-time breakdown with buckets: the dp entry of comm_s is this rank's own time (its wait
 // after backward and its own dp calls), not the communication thread's reduction (dp_bucket_s),
-// so it stays within the step; every bucket was launched by backward.
+// so it stays within the step; every bucket was launched by backward (ZeRO-1's too).
 TEST(DpBuckets, StepBreakdownCountsTheWaitNotTheThreadsReduction) {
   const ModelConfig c = four_layer_llama(true);
   const TokenCorpus corpus = random_corpus(c.vocab_size);
   TrainOptions o = small_run();
   o.eval_every = 0;
   o.dp_bucket_bytes = 8 << 10;
-  run_model_ranks(2, [&](Communicator& world) {
-    DeviceMesh mesh(world, {.tp = 1, .dp = 2});
-    Transformer model(c, mesh.tp());
-    model.init_weights(5);
-    TimedCommunicator dp(mesh.dp());
-    Trainer t(model, corpus, o, &dp);
-    t.time_groups({{"dp", &dp}});
-    t.run([&](const StepLog& l) {
-      ASSERT_EQ(l.comm_s.size(), 1u);
-      EXPECT_EQ(l.comm_s[0].first, "dp");
-      EXPECT_GE(l.comm_s[0].second, 0.0);
-      EXPECT_LE(l.comm_s[0].second, l.ms / 1000);
-      EXPECT_LE(l.dp_exposed_s, l.ms / 1000);
-      EXPECT_GT(l.dp_bucket_s, 0.0);
-      EXPECT_GT(l.dp_buckets, 1);
-      EXPECT_EQ(l.dp_buckets_during_backward, l.dp_buckets);
+  for (const bool zero : {false, true}) {
+    o.distributed_optimizer = zero;
+    run_model_ranks(2, [&](Communicator& world) {
+      DeviceMesh mesh(world, {.tp = 1, .dp = 2});
+      Transformer model(c, mesh.tp());
+      model.init_weights(5);
+      TimedCommunicator dp(mesh.dp());
+      Trainer t(model, corpus, o, &dp);
+      t.time_groups({{"dp", &dp}});
+      t.run([&](const StepLog& l) {
+        ASSERT_EQ(l.comm_s.size(), 1u);
+        EXPECT_EQ(l.comm_s[0].first, "dp");
+        EXPECT_GE(l.comm_s[0].second, 0.0);
+        EXPECT_LE(l.comm_s[0].second, l.ms / 1000);
+        EXPECT_LE(l.dp_exposed_s, l.ms / 1000);
+        EXPECT_GT(l.dp_bucket_s, 0.0);
+        EXPECT_GT(l.dp_buckets, 1);
+        EXPECT_EQ(l.dp_buckets_during_backward, l.dp_buckets);
+      });
     });
-  });
+  }
 }
 
 // Checkpoints of a ZeRO run hold whole moments: a run saved under it resumes without it at

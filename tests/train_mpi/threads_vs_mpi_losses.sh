@@ -6,9 +6,9 @@
 # (--zero 1: reduce-scatter and all-gather between processes), tp 2 x pp 2 and tp 2 x dp 2 with
 # sequence parallelism (rows all-gathered and reduce-scattered, each TP rank's rows sent between
 # stages), data-parallel gradients in many small buckets reduced on a communication thread while
-# backward goes on (--dp-bucket-mb; the other layouts use the default, one bucket for this model)
-# and without buckets, and compares every step's loss, gradient norm, learning rate and validation loss
-# as printed by --json (shortest round-trip form, so equal text is equal bits); only the timing
+# backward goes on (--dp-bucket-mb, with and without --zero 1; the other layouts use the default,
+# one bucket for this model) and without buckets, and compares every step's loss, gradient norm,
+# learning rate and validation loss as printed by --json (shortest round-trip form, so equal text is equal bits); only the timing
 # fields are dropped. A run from another --init-seed must differ, so the comparison can fail.
 # Usage: threads_vs_mpi_losses.sh TENSORPAR_BINARY MPIEXEC [MPIEXEC_FLAGS...]
 set -euo pipefail
@@ -49,7 +49,7 @@ compare() {  # name, threads output, mpi output
 }
 
 for layout in "2 1 1 0 0" "1 2 1 0 0" "2 2 1 0 0" "1 1 2 0 0" "2 1 2 0 0" "1 2 2 0 0" "1 2 1 1 0" "1 2 2 1 0" \
-  "2 1 2 0 1" "2 2 1 1 1" "1 2 2 0 0 0.004" "1 2 1 0 0 0"; do  # tp dp pp zero sequence-parallel [dp-bucket-mb]
+  "2 1 2 0 1" "2 2 1 1 1" "1 2 2 0 0 0.004" "1 2 2 1 0 0.004" "1 2 1 0 0 0"; do  # tp dp pp zero sequence-parallel [dp-bucket-mb]
   read -r tp dp pp zero sp bucket <<<"$layout"
   name="tp${tp}_dp${dp}_pp${pp}_zero${zero}_sp${sp}${bucket:+_bucket$bucket}"
   sp_flag=()
