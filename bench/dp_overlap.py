@@ -12,7 +12,8 @@ each, a 1 Gbit/s link), `--backend mpi`; an 8-layer Llama (hidden 384, 6 / 2 hea
   - hidden: 1 - exposed_s / (exposed_s without buckets), both from this run.
 World rank 0's values; medians over the steps after the first two and over --rounds rounds, the
 layouts interleaved within each round. Only the last micro-batch's backward can overlap (the
-gradients are final then), so the layouts differ in micro-batches per rank.
+gradients are final then), so the layouts differ in micro-batches per rank; with --zero 1 the
+buckets are reduce-scattered instead of all-reduced.
 
 Usage (root: the simulated hosts are network namespaces):
   python3 bench/dp_overlap.py [--bin build/bin/tensorpar] [--steps 7] [--rounds 3] [--out F]
@@ -29,8 +30,10 @@ TOKENIZER = os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.
 DATA = "/usr/share/games/fortunes/computers"
 MODEL = ["--arch", "llama", "--layers", "8", "--hidden", "384", "--heads", "6", "--kv-heads", "2",
          "--ffn", "1024", "--seq", "256"]
-MICRO = [("1 micro-batch per rank", "4"), ("2 micro-batches per rank", "2")]
-BUCKETS = ["0", "1", "4", "25"]
+# (layout, --micro-batch, extra flags, bucket sizes)
+LAYOUTS = [("1 micro-batch per rank", "4", [], ["0", "1", "4", "25"]),
+           ("2 micro-batches per rank", "2", [], ["0", "1", "4", "25"]),
+           ("ZeRO-1, 1 micro-batch per rank", "4", ["--zero", "1"], ["0", "4"])]
 
 
 def hosts(rate):
@@ -41,10 +44,10 @@ def hosts(rate):
     return p.stdout.strip().splitlines()[-1].split()
 
 
-def one_run(a, mpirun, micro, bucket):
+def one_run(a, mpirun, micro, flags, bucket):
     cmd = ["mpirun", *mpirun, "-np", "2", a.bin, "train", *MODEL, "--vocab-from", TOKENIZER, "--data", DATA,
            "--batch", "8", "--micro-batch", micro, "--steps", str(a.steps), "--lr", "1e-3",
-           "--threads-per-rank", "1", "--dp", "2", "--backend", "mpi", "--dp-bucket-mb", bucket, "--json"]
+           "--threads-per-rank", "1", "--dp", "2", "--backend", "mpi", "--dp-bucket-mb", bucket, "--json", *flags]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
@@ -67,11 +70,11 @@ def main():
     a = ap.parse_args()
     mpirun = hosts(a.rate)
     try:
-        runs = {(m, b): [] for m, _ in MICRO for b in BUCKETS}
+        runs = {(m, b): [] for m, _, _, buckets in LAYOUTS for b in buckets}
         for _ in range(a.rounds):
-            for m, micro in MICRO:
-                for b in BUCKETS:
-                    runs[(m, b)].append(one_run(a, mpirun, micro, b))
+            for m, micro, flags, buckets in LAYOUTS:
+                for b in buckets:
+                    runs[(m, b)].append(one_run(a, mpirun, micro, flags, b))
     finally:
         subprocess.run(["bash", os.path.join(REPO, "scripts/hosts.sh"), "down", "--name", "tpdp"], capture_output=True)
     print(f"dp 2 over two simulated hosts ({a.rate} link, one core each), --backend mpi; world rank 0, "
@@ -79,9 +82,9 @@ def main():
     print("| layout | --dp-bucket-mb | buckets | step | exposed | bucket thread | hidden |")
     print("|---|---|---|---|---|---|---|")
     rows = []
-    for m, _ in MICRO:
+    for m, _, _, buckets in LAYOUTS:
         base = None
-        for b in BUCKETS:
+        for b in buckets:
             row = {"layout": m, "dp_bucket_mb": float(b),
                    **{k: statistics.median(r[k] for r in runs[(m, b)]) for k in runs[(m, b)][0]}}
             if base is None:

@@ -8,8 +8,8 @@
 # stages), data-parallel gradients in many small buckets reduced on a communication thread while
 # backward goes on (--dp-bucket-mb, with and without --zero 1; the other layouts use the default,
 # one bucket for this model) and without buckets, and compares every step's loss, gradient norm,
-# learning rate and validation loss as printed by --json (shortest round-trip form, so equal text is equal bits); only the timing
-# fields are dropped. A run from another --init-seed must differ, so the comparison can fail.
+# learning rate and validation loss as printed by --json (shortest round-trip form, so equal text
+# is equal bits); only the timing fields are dropped. A run from another --init-seed must differ, so the comparison can fail.
 # Usage: threads_vs_mpi_losses.sh TENSORPAR_BINARY MPIEXEC [MPIEXEC_FLAGS...]
 set -euo pipefail
 bin="$1"
