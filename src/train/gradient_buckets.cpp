@@ -23,10 +23,9 @@ GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, Communic
   std::stable_sort(params_.begin(), params_.end(), [](const ParamShard& a, const ParamShard& b) {
     return backward_position(a.grad_part) < backward_position(b.grad_part);
   });
-  // Consecutive gradients of one group, [first, last) of params_, per bucket.
+  // Each bucket's group and elements; its gradients (indices into params_) in `members`.
   struct Span {
     int group;
-    size_t first, last;
     int64_t elements;
   };
   const int64_t cap = std::max<int64_t>(1, bucket_bytes / int64_t(sizeof(float)));
@@ -41,7 +40,7 @@ GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, Communic
     const int64_t n = p.grad->numel();
     if (open[size_t(g)] < 0 || spans[size_t(open[size_t(g)])].elements + n > cap) {
       open[size_t(g)] = int64_t(spans.size());
-      spans.push_back({g, i, i, 0});
+      spans.push_back({g, 0});
       members.emplace_back();
     }
     spans[size_t(open[size_t(g)])].elements += n;
