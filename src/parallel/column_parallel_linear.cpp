@@ -124,29 +124,43 @@ const ColumnParallelLinear::Segment& ColumnParallelLinear::segment_of(int64_t pa
   return segments_.back();  // an empty part
 }
 
+namespace {
+
+// `view` itself when it already is `fresh` (the same data, shape and dtype), else replaced by it.
+// An unchanged view is never rewritten: another thread may be reading it (a communication
+// thread packing the gradients it points to).
+Tensor& keep_or_replace(Tensor& view, Tensor fresh) {
+  const bool same = view.defined() == fresh.defined() && view.raw() == fresh.raw() &&
+                    view.shape() == fresh.shape() && view.dtype() == fresh.dtype();
+  if (!same) view = std::move(fresh);
+  return view;
+}
+
+}  // namespace
+
 Tensor& ColumnParallelLinear::part_weight(int64_t i) {
   const Segment& s = segment_of(i);
   const int64_t r0 = offsets_[size_t(i)] - s.row0;
-  return views_w_[size_t(i)] = s.w.slice(0, std::max<int64_t>(0, r0),
-                                         std::max<int64_t>(0, r0) + part_range(i).size());
+  return keep_or_replace(views_w_[size_t(i)],
+                         s.w.slice(0, std::max<int64_t>(0, r0), std::max<int64_t>(0, r0) + part_range(i).size()));
 }
 
 Tensor& ColumnParallelLinear::part_bias(int64_t i) {
   const int64_t r0 = offsets_[size_t(i)];
-  return views_b_[size_t(i)] = has_bias_ ? bias_.slice(0, r0, r0 + part_range(i).size()) : Tensor();
+  return keep_or_replace(views_b_[size_t(i)], has_bias_ ? bias_.slice(0, r0, r0 + part_range(i).size()) : Tensor());
 }
 
 Tensor& ColumnParallelLinear::part_d_weight(int64_t i) {
   ensure_grad(d_weight_, {out_local_, in_});
   const int64_t r0 = offsets_[size_t(i)];
-  return views_dw_[size_t(i)] = d_weight_.slice(0, r0, r0 + part_range(i).size());
+  return keep_or_replace(views_dw_[size_t(i)], d_weight_.slice(0, r0, r0 + part_range(i).size()));
 }
 
 Tensor& ColumnParallelLinear::part_d_bias(int64_t i) {
-  if (!has_bias_) return views_db_[size_t(i)] = Tensor();
+  if (!has_bias_) return keep_or_replace(views_db_[size_t(i)], Tensor());
   ensure_grad(d_bias_, {out_local_});
   const int64_t r0 = offsets_[size_t(i)];
-  return views_db_[size_t(i)] = d_bias_.slice(0, r0, r0 + part_range(i).size());
+  return keep_or_replace(views_db_[size_t(i)], d_bias_.slice(0, r0, r0 + part_range(i).size()));
 }
 
 void ColumnParallelLinear::load(std::span<const SliceLoader> weights, std::span<const SliceLoader> biases) {
