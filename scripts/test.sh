@@ -18,7 +18,7 @@ bash scripts/build.sh asan
 # OpenMP's thread pool and OpenMPI hold memory until exit by design: leaks are not checked here.
 ASAN_OPTIONS=detect_leaks=0 ctest --preset asan -j "$(nproc)"
 
-echo "== tsan build and tests (threads backend, parallel layers, server queue)"
+echo "== tsan build and tests (threads backend, parallel layers, server queue, gradient buckets)"
 bash scripts/build.sh tsan
 # Only the "tsan" label (tests/CMakeLists.txt); OMP_NUM_THREADS=1 and the suppressions file come
 # from the test preset (libgomp is not built for TSan: its team barriers look like races).

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <random>
 
-#include "comm/timed_communicator.h"
 #include "parallel/mesh.h"
 #include "train/distributed_optimizer.h"
 #include "train/pipeline_schedule.h"
@@ -342,38 +341,6 @@ TEST(DpBuckets, TrainAsTheReductionAfterBackward) {
   const TrainCompute sp{.sequence_parallel = true};
   expect_same_training(run(c, 2, 1, 1), run(c, 2, 2, 2, {}, sp, true, "", "", 3, 8 << 10),
                        "tp 2 x pp 2 x dp 2 sp zero buckets");
-}
-
-// The step-time breakdown with buckets: the dp entry of comm_s is this rank's own time (its wait
-// after backward and its own dp calls), not the communication thread's reduction (dp_bucket_s),
-// so it stays within the step; every bucket was launched by backward (ZeRO-1's too).
-TEST(DpBuckets, StepBreakdownCountsTheWaitNotTheThreadsReduction) {
-  const ModelConfig c = four_layer_llama(true);
-  const TokenCorpus corpus = random_corpus(c.vocab_size);
-  TrainOptions o = small_run();
-  o.eval_every = 0;
-  o.dp_bucket_bytes = 8 << 10;
-  for (const bool zero : {false, true}) {
-    o.distributed_optimizer = zero;
-    run_model_ranks(2, [&](Communicator& world) {
-      DeviceMesh mesh(world, {.tp = 1, .dp = 2});
-      Transformer model(c, mesh.tp());
-      model.init_weights(5);
-      TimedCommunicator dp(mesh.dp());
-      Trainer t(model, corpus, o, &dp);
-      t.time_groups({{"dp", &dp}});
-      t.run([&](const StepLog& l) {
-        ASSERT_EQ(l.comm_s.size(), 1u);
-        EXPECT_EQ(l.comm_s[0].first, "dp");
-        EXPECT_GE(l.comm_s[0].second, 0.0);
-        EXPECT_LE(l.comm_s[0].second, l.ms / 1000);
-        EXPECT_LE(l.dp_exposed_s, l.ms / 1000);
-        EXPECT_GT(l.dp_bucket_s, 0.0);
-        EXPECT_GT(l.dp_buckets, 1);
-        EXPECT_EQ(l.dp_buckets_during_backward, l.dp_buckets);
-      });
-    });
-  }
 }
 
 // Checkpoints of a ZeRO run hold whole moments: a run saved under it resumes without it at

@@ -1,5 +1,6 @@
-// GradientBuckets: data-parallel gradients reduced in buckets while backward goes on. Checked
-// at tp 2 x dp 2 over two micro-batches, against the reference reduction (one all-reduce per
+// GradientBuckets: data-parallel gradients reduced in buckets while backward goes on (this
+// binary runs under ThreadSanitizer too: the communication thread reads the gradients backward
+// wrote, while the rank's own thread goes on). Checked at tp 2 x dp 2 over two micro-batches, against the reference reduction (one all-reduce per
 // tensor after backward, on a copy): the sums are bitwise the same (two ranks: one addition per
 // element) for every bucket size; no bucket is launched before the last micro-batch's backward
 // has finished every gradient in it (the order of the hook's reports, not time, is asserted);
@@ -12,9 +13,11 @@
 #include <mutex>
 #include <random>
 
+#include "comm/timed_communicator.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"
 #include "train/train_test_util.h"
+#include "train/trainer.h"
 
 namespace tensorpar::testing {
 namespace {
@@ -133,6 +136,41 @@ TEST(GradientBuckets, BadArgumentsAreNamed) {
     GradientBuckets b(mine.parameters(), world, nullptr, 1 << 20);
     EXPECT_THROW(b.begin_step(0), Error);
   });
+}
+
+// The step-time breakdown with buckets: the dp entry of comm_s is this rank's own time (its wait
+// after backward and its own dp calls), not the communication thread's reduction (dp_bucket_s),
+// so it stays within the step; every bucket was launched by backward (ZeRO-1's too).
+TEST(DpBuckets, StepBreakdownCountsTheWaitNotTheThreadsReduction) {
+  ModelConfig c = untied_llama();
+  c.tie_embeddings = true;
+  TokenCorpus corpus;
+  std::mt19937 rng(7);
+  for (int i = 0; i < 4000; ++i) corpus.train.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+  TrainOptions o;
+  o.steps = 3, o.batch = 8, o.micro_batch = 2, o.seq = 16, o.lr = 3e-3f;
+  o.dp_bucket_bytes = 8 << 10;
+  for (const bool zero : {false, true}) {
+    o.distributed_optimizer = zero;
+    run_model_ranks(2, [&](Communicator& world) {
+      DeviceMesh mesh(world, {.tp = 1, .dp = 2});
+      Transformer model(c, mesh.tp());
+      model.init_weights(5);
+      TimedCommunicator dp(mesh.dp());
+      Trainer t(model, corpus, o, &dp);
+      t.time_groups({{"dp", &dp}});
+      t.run([&](const StepLog& l) {
+        ASSERT_EQ(l.comm_s.size(), 1u);
+        EXPECT_EQ(l.comm_s[0].first, "dp");
+        EXPECT_GE(l.comm_s[0].second, 0.0);
+        EXPECT_LE(l.comm_s[0].second, l.ms / 1000);
+        EXPECT_LE(l.dp_exposed_s, l.ms / 1000);
+        EXPECT_GT(l.dp_bucket_s, 0.0);
+        EXPECT_GT(l.dp_buckets, 1);
+        EXPECT_EQ(l.dp_buckets_during_backward, l.dp_buckets);
+      });
+    });
+  }
 }
 
 }  // namespace
