@@ -2,8 +2,6 @@
 // and runs them with the lock released, and condition variables for new work and for done.
 #include "comm/comm_thread.h"
 
-#include <chrono>
-
 #include "core/error.h"
 #include "core/threading.h"
 
@@ -55,11 +53,6 @@ void CommThread::wait_all() {
   wait(last);
 }
 
-double CommThread::busy_seconds() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return busy_s_;
-}
-
 void CommThread::run() {
   set_sleeping_comm_waits(true);  // this thread's core is the rank's compute's too
   std::unique_lock<std::mutex> lock(mu_);
@@ -71,7 +64,6 @@ void CommThread::run() {
     const bool broken = bool(failure_);
     lock.unlock();
     std::exception_ptr error;
-    const auto t0 = std::chrono::steady_clock::now();
     if (!broken) {
       // Any throw, an injected kill (not a std::exception) included, goes to the waiter.
       try {
@@ -80,9 +72,7 @@ void CommThread::run() {
         error = std::current_exception();
       }
     }
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     lock.lock();
-    busy_s_ += took;
     if (error && !failure_) failure_ = error;
     ++finished_;
     done_.notify_all();

@@ -49,8 +49,6 @@ class CommThread {
   void wait(int64_t ticket);
   // wait() for every operation submitted so far.
   void wait_all();
-  // Seconds the thread has spent running operations (since construction).
-  double busy_seconds() const;
   // The dedicated group's size and this rank in it (the caller's group's).
   int size() const { return size_; }
   int rank() const { return rank_; }
@@ -65,7 +63,6 @@ class CommThread {
   std::deque<Op> queue_;
   int64_t submitted_ = 0, finished_ = 0;  // tickets issued; tickets done (ran or failed)
   std::exception_ptr failure_;             // the first operation's failure
-  double busy_s_ = 0;
   bool stop_ = false;
   std::thread thread_;  // last: started when everything above exists
 };

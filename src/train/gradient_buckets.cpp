@@ -23,43 +23,42 @@ GradientBuckets::GradientBuckets(const std::vector<ParamShard>& params, Communic
   std::stable_sort(params_.begin(), params_.end(), [](const ParamShard& a, const ParamShard& b) {
     return backward_position(a.grad_part) < backward_position(b.grad_part);
   });
-  // Each bucket's group and elements; its gradients (indices into params_) in `members`.
+  // Each bucket's group, elements and gradients (indices into params_).
   struct Span {
-    int group;
-    int64_t elements;
+    int group = 0;
+    int64_t elements = 0;
+    std::vector<size_t> members;
   };
   const int64_t cap = std::max<int64_t>(1, bucket_bytes / int64_t(sizeof(float)));
   std::vector<Span> spans;
-  std::vector<int64_t> open(threads_.size(), -1);  // each group's bucket being filled
-  std::vector<std::vector<size_t>> members;
+  int64_t open[2] = {-1, -1};  // each group's bucket being filled (dp, edp)
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamShard& p = params_[i];
     TP_CHECK(p.grad->dtype() == DType::kF32 && p.grad->is_contiguous(), "[GradientBuckets] gradient of ", p.name,
              " is ", p.grad->describe(), ", expected contiguous f32");
     const int g = p.expert ? 1 : 0;
     const int64_t n = p.grad->numel();
-    if (open[size_t(g)] < 0 || spans[size_t(open[size_t(g)])].elements + n > cap) {
-      open[size_t(g)] = int64_t(spans.size());
-      spans.push_back({g, 0});
-      members.emplace_back();
+    if (open[g] < 0 || spans[size_t(open[g])].elements + n > cap) {
+      open[g] = int64_t(spans.size());
+      spans.emplace_back();
+      spans.back().group = g;
     }
-    spans[size_t(open[size_t(g)])].elements += n;
-    members[size_t(open[size_t(g)])].push_back(i);
+    Span& span = spans[size_t(open[g])];
+    span.elements += n;
+    span.members.push_back(i);
   }
-  for (size_t s = 0; s < spans.size(); ++s) {
-    const int g = spans[s].group;
-    staging_[size_t(g)].resize(std::max(staging_[size_t(g)].size(), size_t(spans[s].elements)));
-  }
-  for (size_t s = 0; s < spans.size(); ++s) {
+  // Sized first: the buckets keep pointers into the staging buffers.
+  for (const Span& span : spans)
+    staging_[size_t(span.group)].resize(std::max(staging_[size_t(span.group)].size(), size_t(span.elements)));
+  for (Span& span : spans) {
     Bucket b;
-    b.group = spans[s].group;
-    for (size_t i : members[s])
+    b.group = span.group;
+    for (size_t i : span.members)
       if (std::find(b.parts.begin(), b.parts.end(), params_[i].grad_part) == b.parts.end())
         b.parts.push_back(params_[i].grad_part);
     float* staging = staging_[size_t(b.group)].data();
     const std::vector<ParamShard>* ps = &params_;
-    const int64_t elements = spans[s].elements;
-    b.reduce = [staging, ps, idx = members[s], elements](Communicator& c) {
+    b.reduce = [staging, ps, idx = std::move(span.members), elements = span.elements](Communicator& c) {
       int64_t at = 0;
       for (size_t i : idx) {
         const Tensor& g = *(*ps)[i].grad;
@@ -99,7 +98,6 @@ void GradientBuckets::begin_step(int64_t backwards) {
   TP_CHECK(next_ == 0 || next_ == buckets_.size(), "[GradientBuckets] a step began before the last one finished");
   backwards_ = backwards;
   reported_.clear();
-  for (Bucket& b : buckets_) b.launched = false;
   next_ = 0;
   launched_early_ = 0;
 }
@@ -122,8 +120,7 @@ void GradientBuckets::gradients_done(int64_t part) {
   }
 }
 
-void GradientBuckets::launch(Bucket& b) {
-  b.launched = true;
+void GradientBuckets::launch(const Bucket& b) {
   std::atomic<double>* reduce_s = &reduce_s_[b.group];
   const std::function<void(Communicator&)>* reduce = &b.reduce;
   threads_[size_t(b.group)]->submit([reduce, reduce_s](Communicator& c) {

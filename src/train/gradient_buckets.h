@@ -60,10 +60,9 @@ class GradientBuckets {
     int group = 0;               // index into threads_
     std::vector<int64_t> parts;  // the parts whose backward completes it
     std::function<void(Communicator&)> reduce;  // on the group's communication thread
-    bool launched = false;
   };
   bool ready(const Bucket& b) const;
-  void launch(Bucket& b);
+  void launch(const Bucket& b);
 
   std::vector<ParamShard> params_;                    // the shards the buckets read
   std::vector<std::unique_ptr<CommThread>> threads_;  // [0]: dp; [1]: edp when it has experts

@@ -173,28 +173,24 @@ StepLog Trainer::train_step() {
   const auto reduce0 = std::chrono::steady_clock::now();
   double bucket_wait_s = 0;  // waiting for buckets in flight after backward
   auto exposed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce0).count(); };
-  if (dist_) {
-    // The tied embedding's two stage copies summed first, then each DP rank's chunk over DP:
-    // the same sums as below, taken in the other order (both are linear).
-    if (pipeline_) pipeline_->reduce_tied_grads();
-    if (buckets_) {
-      buckets_->finish();
-      bucket_wait_s = exposed();
-    } else {
-      dist_->reduce_gradients(params);
-    }
+  // ZeRO-1: the tied embedding's two stage copies summed first, then each DP rank's pieces over
+  // DP; without it the other order (both sums are linear).
+  if (dist_ && pipeline_) pipeline_->reduce_tied_grads();
+  if (buckets_) {
+    buckets_->finish();
+    bucket_wait_s = exposed();
+  } else if (dist_) {
+    dist_->reduce_gradients(params);
+  } else if (dp_size_ > 1) {
+    reduce_over_dp(params);
+  }
+  if (dp_size_ > 1) {
     reduce_loss_over_dp(loss);
     log.dp_exposed_s = exposed();
+  }
+  if (dist_) {
     log.grad_norm = dist_->clip(params, model_.tp(), o_.clip, pp);
   } else {
-    if (buckets_) {
-      buckets_->finish();
-      bucket_wait_s = exposed();
-      reduce_loss_over_dp(loss);
-    } else if (dp_size_ > 1) {
-      reduce_over_dp(params, loss);
-    }
-    if (dp_size_ > 1) log.dp_exposed_s = exposed();
     if (pipeline_) pipeline_->reduce_tied_grads();
     log.grad_norm = clip_grad_norm(params, model_.tp(), o_.clip, pp, ep_);
   }
@@ -259,7 +255,7 @@ Incident Trainer::handle_divergence(const std::string& reason, int64_t batch) {
   return inc;
 }
 
-void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
+void Trainer::reduce_over_dp(std::vector<ParamShard>& params) {
   // An expert's gradient already holds every EP rank's tokens (all_to_all brought them to it):
   // the other copies of that expert are in the expert-data-parallel group.
   for (ParamShard& p : params) {
@@ -267,7 +263,6 @@ void Trainer::reduce_over_dp(std::vector<ParamShard>& params, double& loss) {
     if (p.grad && p.grad->numel() > 0 && group.size() > 1)
       group.all_reduce(p.grad->raw(), p.grad->raw(), p.grad->numel(), DType::kF32, ReduceOp::kSum);
   }
-  reduce_loss_over_dp(loss);
 }
 
 void Trainer::reduce_loss_over_dp(double& loss) {

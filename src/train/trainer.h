@@ -152,8 +152,8 @@ class Trainer {
   const std::vector<int64_t>& skipped_batches() const { return skipped_; }
 
  private:
-  // Sums every gradient (and `loss`) over the DP group.
-  void reduce_over_dp(std::vector<ParamShard>& params, double& loss);
+  // Sums every gradient over the DP group (an expert's over the expert-data-parallel group).
+  void reduce_over_dp(std::vector<ParamShard>& params);
   void reduce_loss_over_dp(double& loss);
   // The parameters the optimizer steps (a pipeline's include a tied head's copy).
   std::vector<ParamShard> parameters();

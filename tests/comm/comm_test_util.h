@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -101,5 +103,40 @@ inline constexpr int64_t kBigCount = 1 << 17;
 #else
 inline constexpr int64_t kBigCount = 1 << 20;
 #endif
+
+// What a run with an injected fault left: launch_ranks' error and each rank's own error ("" for
+// a rank that ended without one).
+struct FaultRun {
+  std::string launch_error;
+  std::vector<std::string> rank_errors;
+};
+
+// body on n ranks of the threads backend with the fault spec `fault` (comm/fault_injection.h)
+// installed; each rank's exception is recorded, then passed on to launch_ranks.
+inline FaultRun run_ranks_with_fault(int n, const std::string& fault, const CommOptions& options,
+                                     const std::function<void(Communicator&)>& body) {
+  FaultRun out;
+  out.rank_errors.resize(size_t(n));
+  std::mutex mu;
+  LaunchConfig cfg;
+  cfg.n_ranks = n;
+  cfg.threads_per_rank = 1;
+  cfg.comm = options;
+  cfg.fault = fault;
+  try {
+    launch_ranks(cfg, [&](Communicator& world) {
+      try {
+        body(world);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        out.rank_errors[size_t(world.rank())] = e.what();
+        throw;
+      }
+    });
+  } catch (const Error& e) {
+    out.launch_error = e.what();
+  }
+  return out;
+}
 
 }  // namespace tensorpar::testing

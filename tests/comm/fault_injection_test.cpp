@@ -53,50 +53,32 @@ TEST(FaultSpec, BadSpecsAreNamed) {
   }
 }
 
-struct FaultRun {
-  std::string launch_error;
-  std::vector<std::string> rank_errors;
+struct CountedFaultRun : FaultRun {
   std::vector<int64_t> completed;  // all_reduces each rank finished
 };
 
 // n ranks, each doing a tp-like split then 100 all-reduces on alternating groups; fault as given.
-FaultRun run_with_fault(int n, const std::string& fault, const CommOptions& opts = test_comm_options()) {
-  FaultRun out;
-  out.rank_errors.resize(size_t(n));
+CountedFaultRun run_with_fault(int n, const std::string& fault, const CommOptions& opts = test_comm_options()) {
+  CountedFaultRun out;
   out.completed.assign(size_t(n), 0);
   std::mutex mu;
-  LaunchConfig cfg;
-  cfg.n_ranks = n;
-  cfg.threads_per_rank = 1;
-  cfg.comm = opts;
-  cfg.fault = fault;
-  try {
-    launch_ranks(cfg, [&](Communicator& world) {
-      const int r = world.rank();
-      try {
-        auto pair = world.split(r / 2, r);
-        std::vector<float> x(256, 1.f);
-        for (int it = 0; it < 100; ++it) {
-          Communicator& c = it % 2 ? *pair : world;
-          c.all_reduce(x.data(), x.data(), int64_t(x.size()), DType::kF32, ReduceOp::kMax);
-          std::lock_guard<std::mutex> lock(mu);
-          ++out.completed[size_t(r)];
-        }
-      } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        out.rank_errors[size_t(r)] = e.what();
-        throw;
-      }
-    });
-  } catch (const Error& e) {
-    out.launch_error = e.what();
-  }
+  static_cast<FaultRun&>(out) = run_ranks_with_fault(n, fault, opts, [&](Communicator& world) {
+    const int r = world.rank();
+    auto pair = world.split(r / 2, r);
+    std::vector<float> x(256, 1.f);
+    for (int it = 0; it < 100; ++it) {
+      Communicator& c = it % 2 ? *pair : world;
+      c.all_reduce(x.data(), x.data(), int64_t(x.size()), DType::kF32, ReduceOp::kMax);
+      std::lock_guard<std::mutex> lock(mu);
+      ++out.completed[size_t(r)];
+    }
+  });
   return out;
 }
 
 // Throw: the thrower's own error, and every peer's abort quoting it.
 TEST(FaultInjection, ThrowNamesTheRankAndTheOpOnEverySurvivor) {
-  const FaultRun run = run_with_fault(4, "rank:1,op:all_reduce,after:37,action:throw");
+  const CountedFaultRun run = run_with_fault(4, "rank:1,op:all_reduce,after:37,action:throw");
   EXPECT_TRUE(contains(run.launch_error, "rank 1 of 4 failed")) << run.launch_error;
   EXPECT_TRUE(contains(run.launch_error, "rank 1 threw at its all_reduce call #38")) << run.launch_error;
   EXPECT_EQ(run.completed[1], 37);
@@ -109,7 +91,7 @@ TEST(FaultInjection, ThrowNamesTheRankAndTheOpOnEverySurvivor) {
 
 // Kill: the dead rank says nothing to its peers; they find it gone.
 TEST(FaultInjection, KillIsSeenAsARankThatLeft) {
-  const FaultRun run = run_with_fault(3, "rank:1,op:all_reduce,after:37,action:kill");
+  const CountedFaultRun run = run_with_fault(3, "rank:1,op:all_reduce,after:37,action:kill");
   EXPECT_TRUE(contains(run.launch_error, "rank 1 of 3 failed")) << run.launch_error;
   EXPECT_TRUE(contains(run.launch_error, "rank 1 killed at its all_reduce call #38")) << run.launch_error;
   EXPECT_TRUE(run.rank_errors[1].empty()) << "a killed rank reports nothing: " << run.rank_errors[1];
@@ -127,7 +109,7 @@ TEST(FaultInjection, KillIsSeenAsARankThatLeft) {
 // a busy machine); then the stalled rank is released by the abort.
 TEST(FaultInjection, StallTimesOutThePeersNamingTheRank) {
   const double timeout = 3;
-  const FaultRun run = run_with_fault(2, "rank:1,op:all_reduce,after:37,action:stall", test_comm_options(timeout));
+  const CountedFaultRun run = run_with_fault(2, "rank:1,op:all_reduce,after:37,action:stall", test_comm_options(timeout));
   EXPECT_TRUE(contains(run.launch_error, "timed out after 3 s waiting for rank 1 in all_reduce")) << run.launch_error;
   EXPECT_TRUE(contains(run.rank_errors[0], "waiting for rank 1 in all_reduce")) << run.rank_errors[0];
   EXPECT_TRUE(contains(run.rank_errors[1], "rank 1 stalled at its all_reduce call #38") &&
@@ -139,10 +121,10 @@ TEST(FaultInjection, StallTimesOutThePeersNamingTheRank) {
 
 TEST(FaultInjection, AnyOpCountsEveryCallAndSplitsAreWrapped) {
   // Calls of rank 2: split (1), then all_reduces; "any" with after:5 fires at its 5th all_reduce.
-  const FaultRun run = run_with_fault(4, "rank:2,op:any,after:5,action:throw");
+  const CountedFaultRun run = run_with_fault(4, "rank:2,op:any,after:5,action:throw");
   EXPECT_TRUE(contains(run.launch_error, "rank 2 threw at its all_reduce call #6")) << run.launch_error;
   EXPECT_EQ(run.completed[2], 4);
-  const FaultRun bad = run_with_fault(2, "rank:2,op:any,after:5,action:throw");
+  const CountedFaultRun bad = run_with_fault(2, "rank:2,op:any,after:5,action:throw");
   EXPECT_TRUE(contains(bad.launch_error, "rank 2 is not in the world of 2 ranks")) << bad.launch_error;
 }
 

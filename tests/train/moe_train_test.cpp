@@ -37,6 +37,12 @@ ModelConfig tiny_mixtral() {
   return c;
 }
 
+// The fixtures' README tokenized by the test tokenizer (10% validation).
+TokenCorpus fixture_corpus() {
+  return tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
+                         16);
+}
+
 struct MoeRun {
   std::vector<StepLog> logs;
   Gathered params;
@@ -65,8 +71,7 @@ MoeRun train(int tp, int dp, int ep, const TokenCorpus& corpus, const TrainOptio
 }
 
 TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
-  const TokenCorpus corpus =
-      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  const TokenCorpus corpus = fixture_corpus();
   TrainOptions o;
   o.steps = 4;
   o.batch = 8;
@@ -124,8 +129,7 @@ TEST(MoeTraining, ExpertParallelOverDataParallelMatchesDataParallel) {
 // are summed over the expert-data-parallel group on a communication thread of their own, the
 // rest over dp; the run equals the reduction after backward.
 TEST(MoeTraining, DpBucketsWithExpertsOverDataParallelEqualTheReductionAfterBackward) {
-  const TokenCorpus corpus =
-      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  const TokenCorpus corpus = fixture_corpus();
   TrainOptions o;
   o.steps = 3;
   o.batch = 8;
@@ -159,8 +163,7 @@ TEST(MoeTraining, SequenceParallelIsRefusedWithAReason) {
 }
 
 TEST(MoeTraining, CapacityFactorSameWithAndWithoutExpertParallelism) {
-  const TokenCorpus corpus =
-      tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1, 16);
+  const TokenCorpus corpus = fixture_corpus();
   TrainOptions o;
   o.steps = 3;
   o.batch = 4;

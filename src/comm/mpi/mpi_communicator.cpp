@@ -197,7 +197,7 @@ void MpiCommunicator::all_reduce(const void* in, void* out, int64_t count, DType
   }
   // In pieces of kPipelineBytes, two in flight: OpenMPI's nonblocking all-reduce of one large
   // message runs at half the link's rate over TCP, pieces at its full rate
-  // (docs/BENCHMARKS.md "Data-parallel gradient buckets").
+  // (docs/BENCHMARKS.md "Collectives").
   const int64_t piece = std::max<int64_t>(1, kPipelineBytes / (is_16bit_float(dtype) ? 4 : esize));
   MPI_Request pending[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   int64_t posted = 0;
