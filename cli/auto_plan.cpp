@@ -197,7 +197,7 @@ TrainSizes resolve_train_sizes(const CommonOptions& common, const ModelConfig& c
   pin.tp = req.tp, pin.pp = req.pipeline_allowed ? req.pp : 1, pin.dp = req.dp;
   pin.ep = req.ep;
   pin.micro_batch = int(req.micro_batch);
-  pin.interleave = 1;  // what tensorpar train runs
+  pin.interleave = req.interleave;  // what tensorpar train runs: --pp-virtual
   pin.sp = -1;         // priced at tp > 1 only: filtered below
   pin.zero = -1;                   // priced at dp > 1 only: filtered below
   pin.recompute = req.recompute_layers == 0 ? "none" : "full";

@@ -51,6 +51,7 @@ struct TrainSizeRequest {
   int zero = 0;                  // --zero: the distributed optimizer (priced when dp > 1)
   bool sequence_parallel = false;  // --sequence-parallel (priced as given)
   bool dp_buckets = true;          // --dp-bucket-mb > 0: the dp reduction overlaps backward
+  int interleave = 1;              // --pp-virtual: model chunks per pipeline stage
 };
 struct TrainSizes {
   int tp = 1, pp = 1, dp = 1;

@@ -48,6 +48,7 @@ struct TrainCliOptions {
   double dp_bucket_mb = 4;  // 0: no overlap
   bool sequence_parallel = false;
   std::vector<int64_t> pp_layers;  // layers per pipeline stage (empty: even)
+  int pp_virtual = 1;              // model chunks per pipeline stage (interleaved schedule)
   std::set<std::string> given;  // flags on the command line, without "--"
   std::string on_divergence = "stop";
   int metrics_port = -1;  // -1: no metrics endpoint
@@ -264,7 +265,8 @@ void run_train(TrainCliOptions& o) {
                             : config_from_flags(o, load_tokenizer(tok_path).vocab_size());
     TrainSizeRequest req;
     req.tp = o.common.tp, req.dp = o.dp, req.ep = o.common.ep;
-    req.pp = o.pp == kAutoSize && !o.pp_layers.empty() ? int(o.pp_layers.size()) : o.pp;
+    req.pp = o.pp == kAutoSize && !o.pp_layers.empty() ? int(o.pp_layers.size()) / o.pp_virtual : o.pp;
+    req.interleave = o.pp_virtual;
     req.batch = run.train.batch, req.seq = run.train.seq, req.micro_batch = run.train.micro_batch;
     req.recompute_layers = run.train.compute.recompute_layers;
     req.pipeline_allowed = o.model.empty() && o.common.ep == 1;
@@ -328,17 +330,25 @@ void run_train(TrainCliOptions& o) {
                                                    : config_from_flags(o, vocab);
     check_tp_size(tp.size(), config, "train");
     std::unique_ptr<Pipeline> pipeline;
+    std::vector<std::unique_ptr<Transformer>> chunks;  // a pipeline stage's model chunks
     if (o.pp > 1) {
       // This rank's stage: its layers (and the embedding / head at the ends), initialised from
       // --init-seed like the whole model, or read from the checkpoint when resumed.
       TP_CHECK(o.model.empty(), "[train] --pp ", o.pp,
                " trains a new model or resumes a checkpoint; fine-tuning --model ", o.model,
                " through a pipeline is not supported yet (use --pp 1)");
-      const std::vector<LayerSpan> spans = split_layers(config.n_layers, o.pp, o.pp_layers);
-      auto stage = std::make_unique<Transformer>(config, tp, 32, spans[size_t(mesh.pp_rank())]);
-      stage->init_weights(o.init_seed);
-      pipeline = std::make_unique<Pipeline>(*stage, pp_timed);
-      model = std::move(stage);
+      // --pp-virtual V: V chunks per stage, chunk v the layers of virtual stage v * pp + stage.
+      for (const LayerSpan& span :
+           interleaved_layer_spans(config.n_layers, o.pp, o.pp_virtual, mesh.pp_rank(), o.pp_layers)) {
+        chunks.push_back(std::make_unique<Transformer>(config, tp, 32, span));
+        chunks.back()->init_weights(o.init_seed);
+      }
+      std::vector<Transformer*> held;
+      for (auto& c : chunks) held.push_back(c.get());
+      pipeline = std::make_unique<Pipeline>(held, pp_timed);
+    } else if (o.pp_virtual > 1) {
+      TP_CHECK(false, "[train] --pp-virtual ", o.pp_virtual,
+               " interleaves model chunks over pipeline stages: it needs --pp 2 or more");
     } else if (!o.pp_layers.empty()) {
       split_layers(config.n_layers, 1, o.pp_layers);  // names a bad list; one count is the model
     } else if (!o.model.empty()) {
@@ -350,12 +360,14 @@ void run_train(TrainCliOptions& o) {
       // stored in it. New: initialised from --init-seed.
       model = init_model(config, tp, o.init_seed, experts);
     }
-    TP_CHECK(model->config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
-             " tokens but the model's vocabulary only ", model->config().vocab_size);
+    // The model the trainer steps: the whole one, or this stage's first chunk (the pipeline holds them all).
+    CausalLM& lm = pipeline ? static_cast<CausalLM&>(pipeline->chunk(0)) : *model;
+    TP_CHECK(lm.config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
+             " tokens but the model's vocabulary only ", lm.config().vocab_size);
     RunSettings effective = run;
     // Without --seq, a loaded model with fewer positions trains at its own length.
     if (!o.given.count("seq"))
-      effective.train.seq = std::min(run.train.seq, model->config().max_position);
+      effective.train.seq = std::min(run.train.seq, lm.config().max_position);
     TrainOptions topt = effective.train;
     topt.distributed_optimizer = o.zero == 1;
     topt.dp_bucket_bytes = int64_t(o.dp_bucket_mb * 1024 * 1024);
@@ -365,7 +377,7 @@ void run_train(TrainCliOptions& o) {
       topt.poison = parse_poisoned_batch(poison);
     topt.extra_state = {
         {"tokenizer", tok_path}, {"data", run.data}, {"run", run_settings_json(effective)}};
-    Trainer trainer(*model, corpus, topt, o.dp > 1 ? &dp_timed : nullptr, pipeline.get(),
+    Trainer trainer(lm, corpus, topt, o.dp > 1 ? &dp_timed : nullptr, pipeline.get(),
                     experts.dispatch, experts.dispatch ? &mesh.edp() : nullptr);
     trainer.time_groups({{"tp", &tp_timed}, {"pp", &pp_timed}, {"dp", &dp_timed}});
     if (!o.resume.empty()) {
@@ -378,16 +390,16 @@ void run_train(TrainCliOptions& o) {
             resume_state.contains("run") ? "" : schedule_note.c_str(), topt.out_dir.c_str());
     }
     const TrainMemoryReport mem =
-        train_memory_report(model->parameters(), tp, experts.dispatch, o.zero && o.dp > 1 ? o.dp : 1);
+        train_memory_report(pipeline ? pipeline->model_parameters() : lm.parameters(), tp, experts.dispatch, o.zero && o.dp > 1 ? o.dp : 1);
     if (lead) {
       std::fprintf(
           stderr,
           "[train] %s, %s, tp %d%s, pp %d, dp %d, ep %d (world %s); matmuls %s; recomputed layers %lld; "
           "from step %lld\n",
-          model->config().summary().c_str(), mem.summary().c_str(), tp.size(),
+          lm.config().summary().c_str(), mem.summary().c_str(), tp.size(),
           o.sequence_parallel ? " (sequence parallel)" : "", o.pp, o.dp, o.common.ep, world.name().c_str(),
           topt.compute.matmul_dtype == DType::kBF16 ? "bf16" : "f32",
-          (long long)std::min(topt.compute.recompute_layers, model->config().n_layers),
+          (long long)std::min(topt.compute.recompute_layers, lm.config().n_layers),
           (long long)trainer.step());
       if (topt.out_dir.empty())
         std::fprintf(stderr, "[train] no --out: this run saves no checkpoint\n");
@@ -482,8 +494,8 @@ void add_train_command(CLI::App& app) {
               1024);
   accept_auto(cmd->add_option("--pp", o->pp,
                               "Pipeline stages (the world is tp x pp x dp ranks, tp fastest): "
-                              "layers split over them, micro-batches run in the 1F1B order; auto: "
-                              "the planner's"),
+                              "layers split over them, micro-batches run in the 1F1B order (interleaved "
+                              "with --pp-virtual); auto: the planner's"),
               1024);
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Sequence parallelism over the --tp ranks (Megatron-SP): norms and residual adds on each "
@@ -500,8 +512,13 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--pp-layers", o->pp_layers,
                   "Layers per pipeline stage, e.g. 7,6 (default: an even split, earlier stages "
-                  "taking the remainder)")
+                  "taking the remainder); with --pp-virtual V, pp x V counts, one per virtual stage")
       ->delimiter(',');
+  cmd->add_option("--pp-virtual", o->pp_virtual,
+                  "Interleaved pipeline schedule: V model chunks per stage (virtual stages; stage s holds "
+                  "layer groups s, s + pp, ...), the bubble cut to 1/V for V times the stages' transfers; "
+                  "each data-parallel rank's micro-batches must be a multiple of --pp")
+      ->check(CLI::Range(1, 64));
   cmd->add_flag(
       "--bf16,!--no-bf16", o->bf16,
       "Mixed precision: matmuls in bf16 (f32 accumulation); master weights, grads, AdamW state, "

@@ -56,6 +56,9 @@ class Communicator {
   // recv_counts[r] from rank r (packed in rank order in `out`).
   virtual void all_to_all(const void* in, std::span<const int64_t> send_counts, void* out,
                           std::span<const int64_t> recv_counts, DType dtype) = 0;
+  // Point to point; messages from one rank to another arrive in the order sent. send returns
+  // once `data` may be reused; on threads and mpi the message is buffered, so a send never waits
+  // for its receive (nccl's does: ncclSend). recv waits for the message (under the timeout).
   virtual void send(const void* data, int64_t count, DType dtype, int peer) = 0;
   virtual void recv(void* data, int64_t count, DType dtype, int peer) = 0;
   virtual void barrier() = 0;

@@ -39,11 +39,18 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
       skipped_(merge_skipped({}, opt.skip_batches)) {
   TP_CHECK(!ep_ || (dp_ && edp_ && !pipeline_), "[Trainer] expert parallelism over data-parallel ranks needs the ",
            "dp and edp groups and no pipeline");
-  TP_CHECK(!pipeline_ || &pipeline_->model() == &model, "[Trainer] the pipeline runs another model");
+  TP_CHECK(!pipeline_ || &pipeline_->chunk(0) == &model, "[Trainer] the pipeline runs another model");
   if (dp_) dp_size_ = dp_->size(), dp_rank_ = dp_->rank();
   if (o_.micro_batch <= 0) o_.micro_batch = std::max<int64_t>(1, o_.batch / dp_size_);
   TP_CHECK(o_.batch >= 1 && o_.batch % (o_.micro_batch * dp_size_) == 0, "[Trainer] batch ", o_.batch,
            " is not a multiple of micro_batch ", o_.micro_batch, " x dp ", dp_size_);
+  if (pipeline_ && pipeline_->n_chunks() > 1) {
+    const int64_t mine = o_.batch / o_.micro_batch / dp_size_, P = pipeline_->n_stages();
+    TP_CHECK(mine % P == 0, "[Trainer] the interleaved pipeline schedule (", pipeline_->n_chunks(),
+             " chunks per stage) needs the micro-batches of each data-parallel rank (batch ", o_.batch,
+             " / micro_batch ", o_.micro_batch, " / dp ", dp_size_, " = ", mine, ") to be a multiple of the ", P,
+             " pipeline stages");
+  }
   TP_CHECK(o_.seq >= 1 && o_.seq <= model.config().max_position, "[Trainer] seq ", o_.seq,
            ", expected in [1, max_position = ", model.config().max_position, "]");
   TP_CHECK(int64_t(corpus.train.size()) > o_.seq + 1, "[Trainer] training data has ",
@@ -52,8 +59,12 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
   check_divergence_policy(o_.divergence);
   TP_CHECK(!o_.divergence.rollback || !o_.out_dir.empty(),
            "[Trainer] --on-divergence rollback rolls back to a checkpoint: pass --out DIR");
-  model_.set_train_compute(o_.compute);
-  if (pipeline_) pipeline_->sync_tied_weights();
+  if (pipeline_) {
+    pipeline_->set_train_compute(o_.compute);
+    pipeline_->sync_tied_weights();
+  } else {
+    model_.set_train_compute(o_.compute);
+  }
   TP_CHECK(o_.dp_bucket_bytes >= 0, "[Trainer] dp bucket size ", o_.dp_bucket_bytes, " bytes, expected >= 0");
   const bool overlap = o_.dp_bucket_bytes > 0 && dp_size_ > 1;
   if (o_.distributed_optimizer && dp_size_ > 1) {
@@ -70,11 +81,22 @@ Trainer::Trainer(CausalLM& model, const TokenCorpus& corpus, const TrainOptions&
   } else if (overlap) {
     buckets_ = std::make_unique<GradientBuckets>(parameters(), *dp_, edp_, o_.dp_bucket_bytes);
   }
-  if (buckets_) model_.set_backward_hook([b = buckets_.get()](int64_t part) { b->gradients_done(part); });
+  if (buckets_) set_backward_hook([b = buckets_.get()](int64_t part) { b->gradients_done(part); });
 }
 
 Trainer::~Trainer() {
-  if (buckets_) model_.set_backward_hook({});
+  if (buckets_) set_backward_hook({});
+}
+
+void Trainer::set_backward_hook(const std::function<void(int64_t)>& hook) {
+  if (pipeline_)
+    pipeline_->set_backward_hook(hook);
+  else
+    model_.set_backward_hook(hook);
+}
+
+std::vector<ParamShard> Trainer::model_parameters() {
+  return pipeline_ ? pipeline_->model_parameters() : model_.parameters();
 }
 
 std::vector<ParamShard> Trainer::parameters() { return pipeline_ ? pipeline_->parameters() : model_.parameters(); }
@@ -146,7 +168,10 @@ StepLog Trainer::train_step() {
   const float scale = o_.poison.batch == batch && o_.poison.kind == PoisonedBatch::Kind::kNan
                           ? std::numeric_limits<float>::quiet_NaN()
                           : 1.0f / float(n_micro);
-  model_.zero_grad();
+  if (pipeline_)
+    pipeline_->zero_grad();
+  else
+    model_.zero_grad();
   std::vector<std::vector<double>> log_load;
   double loss = 0;
   Tensor x, y;
@@ -203,7 +228,7 @@ StepLog Trainer::train_step() {
   log.step = step_ + 1;
   log.loss = float(loss / double(n_micro));
   log.expert_load = std::move(log_load);
-  log.activation_bytes = model_.activation_bytes();
+  log.activation_bytes = pipeline_ ? pipeline_->activation_bytes() : model_.activation_bytes();
   // Judged before the optimizer step, so a diverged step never reaches the weights.
   const std::optional<std::string> reason = monitor_.verdict(log.loss, log.grad_norm);
   if (any_rank(reason.has_value())) {
@@ -322,7 +347,7 @@ std::vector<std::string> Trainer::save(const SaveFault& fault) {
   state["schedule"] = {{"lr", o_.lr}, {"min_lr", o_.min_lr}, {"warmup", o_.warmup}, {"steps", o_.steps}};
   state["divergence"] = {{"loss_window", monitor_.to_json()}, {"skipped_batches", skipped_}};
   // A tied head's copy on the last stage is not saved: the first stage's embedding is the tensor.
-  save_checkpoint(o_.out_dir, step_, model_.parameters(), opt_, model_.tp(), state, fault,
+  save_checkpoint(o_.out_dir, step_, model_parameters(), opt_, model_.tp(), state, fault,
                   pipeline_ ? &pipeline_->pp() : nullptr, ep_);
   ++totals_.checkpoints;
   // save_checkpoint returned on every rank: the new checkpoint is whole and `latest` names it,

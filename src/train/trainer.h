@@ -157,6 +157,9 @@ class Trainer {
   void reduce_loss_over_dp(double& loss);
   // The parameters the optimizer steps (a pipeline's include a tied head's copy).
   std::vector<ParamShard> parameters();
+  // The model's own parameters (what a checkpoint holds: every pipeline chunk's, no tied copy).
+  std::vector<ParamShard> model_parameters();
+  void set_backward_hook(const std::function<void(int64_t)>& hook);
   // Parameters, moments, step and the divergence state from a checkpoint; returns its state.
   nlohmann::json load_state(const std::string& path);
   // True when `mine` is true on any rank of the run (tp x pp x dp): every rank decides alike.

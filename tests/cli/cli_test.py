@@ -506,6 +506,23 @@ class Pipeline(CliCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+    def test_interleaved_stages_equal_the_whole_model(self):
+        """--pp-virtual: 2 stages x 2 chunks of one layer train as the whole model does; the sizes it
+        cannot run are refused with the reason."""
+        args = [("4" if a == "3" and i > 0 and self.ARGS[i - 1] == "--layers" else a) for i, a in enumerate(self.ARGS)]
+        whole = self.losses(run([*args, "--steps", "3"]))
+        r = run([*args, "--steps", "3", "--pp", "2", "--pp-virtual", "2"])
+        self.assertEqual(len(self.losses(r)), 3)
+        for got, want in zip(self.losses(r), whole):
+            self.assertAlmostEqual(got, want, delta=1e-5 * abs(want))
+        self.assert_fails(run([*args, "--steps", "1", "--pp-virtual", "2"]), "--pp-virtual 2", "--pp 2 or more",
+                          only_line=False)
+        self.assert_fails(run([*args, "--steps", "1", "--pp", "2", "--pp-virtual", "3"]), "4 layers",
+                          "2 stages x 3 chunks", "every chunk needs at least one layer", only_line=False)
+        six = [("6" if i > 0 and args[i - 1] == "--batch" else a) for i, a in enumerate(args)]
+        self.assert_fails(run([*six, "--steps", "1", "--pp", "2", "--pp-virtual", "2"]),
+                          "interleaved pipeline schedule", "= 3", "multiple of the 2 pipeline stages", only_line=False)
+
     def test_inference_stages_equal_the_whole_model(self):
         """generate / perplexity / chat --pp: each rank holds its stage's layers; the text, the
         perplexity and the chat replies equal the whole model's (the logits are the same floats:

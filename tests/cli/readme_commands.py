@@ -93,6 +93,7 @@ SUBSTITUTIONS = [
      "the 2-layer fixture for SmolLM2's 30 layers: one layer per stage", True),
     # A training run from scratch (--arch): a 2-layer, hidden-48 model on 32-token sequences.
     (r"tensorpar train --arch", r"--layers \d+", "--layers 2", "tiny model (2 layers: --pp 2 needs 2)", True),
+    (r"--pp-virtual 2", r"--layers 2", "--layers 4", "the interleaved run's 2 stages x 2 chunks need 4 layers", True),
     (r"tensorpar train --arch", r"--hidden \d+", "--hidden 48", "tiny model (48 divides by 6 heads)", True),
     (r"tensorpar train --arch", r"--ffn \d+", "--ffn 64", "tiny model", True),
     (r"tensorpar train --arch", r"--seq \d+", "--seq 32", "short sequences", True),

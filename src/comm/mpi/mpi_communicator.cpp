@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <thread>
 
@@ -108,8 +110,38 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, const CommOpti
 MpiCommunicator::~MpiCommunicator() {
   int fin = 0;
   MPI_Finalized(&fin);
+  // Sends still in flight complete first (their receivers are on their way), within the
+  // timeout; unwinding from a failure, or past the timeout, they and the group are left to
+  // MPI_Abort (their buffers leaked: MPI may still read them).
+  bool in_flight = false;
+  if (!fin && !broken_ && std::uncaught_exceptions() == 0) {
+    for (PendingSend& p : pending_sends_) {
+      int rc = MPI_SUCCESS;
+      if (!poll(p.req, MPI_STATUS_IGNORE, options_.timeout_s, &rc, spin_s_) || rc != MPI_SUCCESS) {
+        std::fprintf(stderr, "[mpi] %s: a send to a rank that never received it is still in flight at exit\n",
+                     where("send").c_str());
+        in_flight = true;
+        break;
+      }
+    }
+  } else {
+    in_flight = !pending_sends_.empty();
+  }
+  if (in_flight) {
+    for (PendingSend& p : pending_sends_) (void)p.data.release();
+    return;
+  }
   // A broken group may have requests in flight: leave it to MPI_Abort.
   if (!fin && !broken_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiCommunicator::reap_sends() {
+  while (!pending_sends_.empty()) {
+    int done = 0;
+    check(MPI_Test(&pending_sends_.front().req, &done, MPI_STATUS_IGNORE), "send");
+    if (!done) return;
+    pending_sends_.pop_front();
+  }
 }
 
 std::string MpiCommunicator::where(const char* op) const {
@@ -377,9 +409,16 @@ void MpiCommunicator::send(const void* data, int64_t count, DType dtype, int pee
   TP_CHECK(count >= 0 && count <= INT_MAX, "[mpi send] count: got ", count, ", expected in [0, ",
            INT_MAX, "]");
   TP_CHECK(!broken_, "[mpi send] group ", name_, " is broken by an earlier failure");
-  MPI_Request req;
-  check(MPI_Isend(data, int(count), type, peer, kTagP2p, comm_, &req), "send");
-  wait_op(req, "send");
+  // Eager, as the threads backend: the data is copied and the send left in flight, so a send
+  // never waits for its receive (a pipeline's ring of stages cannot deadlock on it). Messages to
+  // one peer keep their order (MPI's non-overtaking rule); a dead peer is noticed by the next
+  // blocking operation's timeout or the failure channel.
+  reap_sends();
+  const size_t bytes = size_t(dtype_nbytes(dtype, count));
+  PendingSend p{MPI_REQUEST_NULL, std::unique_ptr<std::byte[]>(new std::byte[std::max<size_t>(bytes, 1)])};
+  if (bytes > 0) std::memcpy(p.data.get(), data, bytes);
+  check(MPI_Isend(p.data.get(), int(count), type, peer, kTagP2p, comm_, &p.req), "send");
+  pending_sends_.push_back(std::move(p));
 }
 
 void MpiCommunicator::recv(void* data, int64_t count, DType dtype, int peer) {

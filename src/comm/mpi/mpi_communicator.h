@@ -6,6 +6,8 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,14 @@ class MpiCommunicator final : public Communicator {
   std::string blame() const;
   void check_all_to_all_counts(std::span<const int64_t> send_counts,
                                std::span<const int64_t> recv_counts);
+  // Frees the buffers of sends that have completed.
+  void reap_sends();
+
+  // A send in flight from a copy of its data (send never waits for the receive).
+  struct PendingSend {
+    MPI_Request req = MPI_REQUEST_NULL;
+    std::unique_ptr<std::byte[]> data;
+  };
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -70,6 +80,7 @@ class MpiCommunicator final : public Communicator {
   bool broken_ = false;  // an op failed: the group's state is unknown, every later op throws
   std::vector<float> scratch_;       // f32 widening of 16-bit inputs
   std::vector<uint8_t> scratch_bytes_;  // staging for aliased buffers
+  std::deque<PendingSend> pending_sends_;  // oldest first
 };
 
 }  // namespace tensorpar::mpi
