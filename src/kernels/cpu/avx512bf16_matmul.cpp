@@ -57,9 +57,12 @@ TP_AVX512BF16 inline __attribute__((always_inline)) void chunk(__m512 (&acc)[WR]
 // The chunks [k0, k1) of one register block. A long K is walked in slabs (so that a block's
 // weight rows and input rows of one slab stay in L1 together); between slabs the 16-lane
 // accumulators wait in `partial` (WR x XR vectors, exact), so every output still sees the same
-// chunk sequence and the same final reduction.
+// chunk sequence and the same final reduction. `prefetch` (or null): pf_rows weight rows (stride
+// ldw) to pull into cache while this block computes, one line per row and chunk from their start:
+// the weights the next slab will read.
 template <int WR, int XR>
-TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, int64_t k1, float* partial) {
+TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, int64_t k1, float* partial,
+                         const uint16_t* prefetch = nullptr, int pf_rows = 0) {
   __m512 acc[WR][XR];
   TP_UNROLL for (int i = 0; i < WR; ++i)
     TP_UNROLL for (int j = 0; j < XR; ++j)
@@ -67,7 +70,15 @@ TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, 
   const uint16_t* wb = o.w + n0 * o.ldw;
   const uint16_t* xb = o.xb + m0 * o.Kp;
   const int64_t full = std::min(k1, o.K / kChunk * kChunk);
-  for (int64_t k = k0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  if (prefetch) {
+    for (int64_t k = k0; k < full; k += kChunk) {
+      for (int i = 0; i < pf_rows; ++i)
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + i * o.ldw + (k - k0)), _MM_HINT_T0);
+      chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+    }
+  } else {
+    for (int64_t k = k0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  }
   if (k1 < o.Kp) {
     TP_UNROLL for (int i = 0; i < WR; ++i)
       TP_UNROLL for (int j = 0; j < XR; ++j) _mm512_store_ps(partial + (i * XR + j) * 16, acc[i][j]);
@@ -90,6 +101,21 @@ TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, i
     k1 = o.Kp - k0 <= slab + slab / 2 ? o.Kp : k0 + slab;  // no short last slab
     int64_t m = m_begin;
     float* p = partial;
+    // With several groups of input rows the first group's weight loads would wait on memory while
+    // the others find them in cache: the first group prefetches what comes next (the next slab of
+    // these rows, or the next block's first), so the transfer overlaps all the groups' compute.
+    const uint16_t* pf = nullptr;
+    int pf_rows = 0;
+    if (m_end - m_begin > kXRows) {
+      if (k1 < o.Kp)
+        pf = o.w + n0 * o.ldw + k1, pf_rows = WR;
+      else if (n0 + WR < o.N)
+        pf = o.w + (n0 + WR) * o.ldw, pf_rows = int(std::min<int64_t>(kWRows, o.N - n0 - WR));
+    }
+    if (m + kXRows <= m_end) {
+      block<WR, kXRows>(o, n0, m, k0, k1, p, pf, pf_rows);
+      m += kXRows, p += kPartialFloats;
+    }
     for (; m + kXRows <= m_end; m += kXRows, p += kPartialFloats) block<WR, kXRows>(o, n0, m, k0, k1, p);
     switch (m_end - m) {
       case 3: block<WR, 3>(o, n0, m, k0, k1, p); break;
