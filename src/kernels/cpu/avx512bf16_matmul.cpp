@@ -2,7 +2,7 @@
 // rows of Kp = K rounded up to 32 (zeros past K); a weight row's last partial chunk is loaded
 // masked (zeros past K), so every chunk is a whole VDPBF16PS. Input rows are taken in chunks of
 // kRowChunk (their bf16 copy stays in L2); within a chunk, threads split the weight rows in
-// blocks of 4, each block multiplied against the chunk's rows 4 at a time.
+// blocks of 8, each block multiplied against the chunk's rows 3 at a time (24 accumulators).
 // GCC 12 falsely flags the intrinsic headers' undefined-vector idiom in target-attribute
 // functions (its bug 105593); the warning is about the header, not this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -25,8 +25,8 @@ namespace tensorpar {
 namespace {
 
 constexpr int kChunk = 32;        // bf16 values of K per VDPBF16PS
-constexpr int kWRows = 4;         // weight rows per register block
-constexpr int kXRows = 4;         // input rows per register block
+constexpr int kWRows = 8;         // weight rows per register block
+constexpr int kXRows = 3;         // input rows per register block (24 accumulators)
 constexpr int64_t kRowChunk = 64;  // input rows whose bf16 copy stays in L2 while the weight streams
 constexpr int64_t kSlab = 2048;    // values of K per pass of a block (a K up to 1.5x this is one slab)
 constexpr int64_t kPartialFloats = kWRows * kXRows * 16;  // one block's accumulators between slabs
@@ -47,11 +47,14 @@ template <int WR, int XR>
 TP_AVX512BF16 inline __attribute__((always_inline)) void chunk(__m512 (&acc)[WR][XR], const uint16_t* wb,
                                                                int64_t ldw, const uint16_t* xb, int64_t ldx,
                                                                int64_t k, __mmask32 mask) {
-  __m512i w[WR], x[XR];
-  TP_UNROLL for (int i = 0; i < WR; ++i) w[i] = _mm512_maskz_loadu_epi16(mask, wb + i * ldw + k);
+  // The input rows stay in registers; each weight row is loaded and used at once (24
+  // accumulators + 3 inputs + a weight row fit the 32 registers).
+  __m512i x[XR];
   TP_UNROLL for (int j = 0; j < XR; ++j) x[j] = _mm512_load_si512(xb + j * ldx + k);
-  TP_UNROLL for (int i = 0; i < WR; ++i)
-    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w[i], (__m512bh)x[j]);
+  TP_UNROLL for (int i = 0; i < WR; ++i) {
+    const __m512i w = _mm512_maskz_loadu_epi16(mask, wb + i * ldw + k);
+    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)w, (__m512bh)x[j]);
+  }
 }
 
 // The chunks [k0, k1) of one register block. A long K is walked in slabs (so that a block's
@@ -118,7 +121,6 @@ TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, i
     }
     for (; m + kXRows <= m_end; m += kXRows, p += kPartialFloats) block<WR, kXRows>(o, n0, m, k0, k1, p);
     switch (m_end - m) {
-      case 3: block<WR, 3>(o, n0, m, k0, k1, p); break;
       case 2: block<WR, 2>(o, n0, m, k0, k1, p); break;
       case 1: block<WR, 1>(o, n0, m, k0, k1, p); break;
       default: break;
@@ -137,13 +139,17 @@ TP_AVX512BF16 void run(const Operands& o) {
       for (int64_t k = 0; k < o.K; ++k) dst[k] = f32_to_bf16(src[k]).bits;
       std::memset(dst + o.K, 0, size_t(o.Kp - o.K) * sizeof(uint16_t));
     }
-    alignas(64) float partial[kRowChunk / kXRows * kPartialFloats];
+    alignas(64) float partial[(kRowChunk + kXRows - 1) / kXRows * kPartialFloats];
     for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
       const int64_t c1 = std::min(o.M, c0 + kRowChunk);
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t n0 = b * kWRows;
         switch (std::min<int64_t>(kWRows, o.N - n0)) {
+          case 8: weight_rows<8>(o, n0, c0, c1, partial); break;
+          case 7: weight_rows<7>(o, n0, c0, c1, partial); break;
+          case 6: weight_rows<6>(o, n0, c0, c1, partial); break;
+          case 5: weight_rows<5>(o, n0, c0, c1, partial); break;
           case 4: weight_rows<4>(o, n0, c0, c1, partial); break;
           case 3: weight_rows<3>(o, n0, c0, c1, partial); break;
           case 2: weight_rows<2>(o, n0, c0, c1, partial); break;
