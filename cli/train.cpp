@@ -278,6 +278,8 @@ void run_train(TrainCliOptions& o) {
     run.train.micro_batch = sizes.micro_batch;
   }
   TP_CHECK(fs::exists(run.data), "[train] --data ", run.data, ": no such file or directory");
+  TP_CHECK(o.pp_virtual == 1 || o.pp > 1, "[train] --pp-virtual ", o.pp_virtual,
+           " interleaves model chunks over pipeline stages: it needs --pp 2 or more");
 
   LaunchConfig lc;
   lc.backend = backend_from_name(o.common.backend);
@@ -346,9 +348,6 @@ void run_train(TrainCliOptions& o) {
       std::vector<Transformer*> held;
       for (auto& c : chunks) held.push_back(c.get());
       pipeline = std::make_unique<Pipeline>(held, pp_timed);
-    } else if (o.pp_virtual > 1) {
-      TP_CHECK(false, "[train] --pp-virtual ", o.pp_virtual,
-               " interleaves model chunks over pipeline stages: it needs --pp 2 or more");
     } else if (!o.pp_layers.empty()) {
       split_layers(config.n_layers, 1, o.pp_layers);  // names a bad list; one count is the model
     } else if (!o.model.empty()) {
@@ -360,7 +359,8 @@ void run_train(TrainCliOptions& o) {
       // stored in it. New: initialised from --init-seed.
       model = init_model(config, tp, o.init_seed, experts);
     }
-    // The model the trainer steps: the whole one, or this stage's first chunk (the pipeline holds them all).
+    // The model the trainer steps: the whole one, or this stage's first chunk (the pipeline
+    // holds them all).
     CausalLM& lm = pipeline ? static_cast<CausalLM&>(pipeline->chunk(0)) : *model;
     TP_CHECK(lm.config().vocab_size >= vocab, "[train] the tokenizer has ", vocab,
              " tokens but the model's vocabulary only ", lm.config().vocab_size);
@@ -390,7 +390,8 @@ void run_train(TrainCliOptions& o) {
             resume_state.contains("run") ? "" : schedule_note.c_str(), topt.out_dir.c_str());
     }
     const TrainMemoryReport mem =
-        train_memory_report(pipeline ? pipeline->model_parameters() : lm.parameters(), tp, experts.dispatch, o.zero && o.dp > 1 ? o.dp : 1);
+        train_memory_report(pipeline ? pipeline->model_parameters() : lm.parameters(), tp, experts.dispatch,
+                            o.zero && o.dp > 1 ? o.dp : 1);
     if (lead) {
       std::fprintf(
           stderr,

@@ -515,8 +515,7 @@ class Pipeline(CliCase):
         self.assertEqual(len(self.losses(r)), 3)
         for got, want in zip(self.losses(r), whole):
             self.assertAlmostEqual(got, want, delta=1e-5 * abs(want))
-        self.assert_fails(run([*args, "--steps", "1", "--pp-virtual", "2"]), "--pp-virtual 2", "--pp 2 or more",
-                          only_line=False)
+        self.assert_fails(run([*args, "--steps", "1", "--pp-virtual", "2"]), "--pp-virtual 2", "--pp 2 or more")
         self.assert_fails(run([*args, "--steps", "1", "--pp", "2", "--pp-virtual", "3"]), "4 layers",
                           "2 stages x 3 chunks", "every chunk needs at least one layer", only_line=False)
         six = [("6" if i > 0 and args[i - 1] == "--batch" else a) for i, a in enumerate(args)]
