@@ -2,6 +2,7 @@
 // per-rank inputs (each rank can regenerate every other rank's input from a shared seed),
 // in place and out of place, in sub-groups from split, all_to_all with uneven counts,
 // send/recv, debug-mode fingerprint mismatches, and (run separately) a rank that exits or stalls.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -360,6 +361,26 @@ void check_send_recv_ring(Communicator& cc, uint64_t seed) {
       c->send(in.data(), count, DType::kF32, next);
     }
     expect_close(decode(out, DType::kF32), want, DType::kF32, "ring");
+  }
+  // Sends are buffered (Communicator::send): every rank sends first, a rendezvous-sized message
+  // and then a second one from the same buffer, overwritten in between, and only then receives
+  // both, in order. With sends that waited for their receives this ring would deadlock.
+  if (n > 1) {
+    const int64_t count = 300000;
+    const auto first = input_values(seed + 1, me, count, DType::kF32, 500);
+    const auto second = input_values(seed + 2, me, count, DType::kF32, 500);
+    std::vector<uint8_t> in = encode(first, DType::kF32);
+    c->send(in.data(), count, DType::kF32, next);
+    in = encode(second, DType::kF32);
+    c->send(in.data(), count, DType::kF32, next);
+    std::fill(in.begin(), in.end(), uint8_t(0xff));
+    std::vector<uint8_t> a = poisoned(count, DType::kF32), b = poisoned(count, DType::kF32);
+    c->recv(a.data(), count, DType::kF32, prev);
+    c->recv(b.data(), count, DType::kF32, prev);
+    expect_close(decode(a, DType::kF32), input_values(seed + 1, prev, count, DType::kF32, 500), DType::kF32,
+                 "sends first: the first message");
+    expect_close(decode(b, DType::kF32), input_values(seed + 2, prev, count, DType::kF32, 500), DType::kF32,
+                 "sends first: the second message");
   }
   EXPECT_THROW(c->send(nullptr, 0, DType::kF32, me), Error);
   // A receive expecting more than was sent names both counts.

@@ -111,10 +111,10 @@ MpiCommunicator::~MpiCommunicator() {
   int fin = 0;
   MPI_Finalized(&fin);
   // Sends still in flight complete first (their receivers are on their way), within the
-  // timeout; unwinding from a failure, or past the timeout, they and the group are left to
-  // MPI_Abort (their buffers leaked: MPI may still read them).
+  // timeout; unwinding from a failure, after the job failed, or past the timeout, they and the
+  // group are left to MPI_Abort (their buffers leaked: MPI may still read them).
   bool in_flight = false;
-  if (!fin && !broken_ && std::uncaught_exceptions() == 0) {
+  if (!fin && !broken_ && std::uncaught_exceptions() == 0 && !MpiRuntime::get().failed()) {
     for (PendingSend& p : pending_sends_) {
       int rc = MPI_SUCCESS;
       if (!poll(p.req, MPI_STATUS_IGNORE, options_.timeout_s, &rc, spin_s_) || rc != MPI_SUCCESS) {
