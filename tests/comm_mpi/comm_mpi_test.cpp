@@ -2,9 +2,9 @@
 // per-rank inputs (each rank can regenerate every other rank's input from a shared seed),
 // in place and out of place, in sub-groups from split, all_to_all with uneven counts,
 // send/recv, debug-mode fingerprint mismatches, and (run separately) a rank that exits or stalls.
-#include <algorithm>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
