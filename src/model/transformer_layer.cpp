@@ -203,10 +203,14 @@ void TransformerLayer::attention_backward(const LayerContext& ctx, Tensor& d_h, 
 }
 
 void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, LayerActs& a) const {
-  TP_CHECK(!ctx.sequence_parallel || !moe_, "[TransformerLayer::forward] sequence parallelism covers dense layers; "
-           "this model's MoE layers take their tokens Replicated");
-  if (moe_) {
+  if (moe_ && !ctx.sequence_parallel) {
     moe_->forward(ctx.eng, out, h, a.moe, ctx.tp, ctx.ep_dispatch, ctx.moe_capacity_factor);
+  } else if (moe_) {
+    // Every TP rank routes all of the micro-batch's tokens (gathered), as without SP; each
+    // rank's expert slices give a Partial output, reduce-scattered to its rows.
+    sequence_parallel_forward(ctx, out, h, [&](Tensor& partial, const Tensor& full) {
+      moe_->forward_partial(ctx.eng, partial, full, a.moe, ctx.ep_dispatch, ctx.moe_capacity_factor);
+    });
   } else if (!ctx.sequence_parallel) {
     mlp_->forward(ctx.eng, out, h, a.mlp, ctx.tp);
   } else {
@@ -219,8 +223,13 @@ void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const T
 
 void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                    const LayerActs& a) {
-  if (moe_) {
+  if (moe_ && !ctx.sequence_parallel) {
     moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
+  } else if (moe_) {
+    sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
+      moe_->backward_partial(ctx.eng, d_full, d_out_full, full, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp,
+                             ctx.ep_dispatch);
+    });
   } else if (!ctx.sequence_parallel) {
     mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp);
   } else {

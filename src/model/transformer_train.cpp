@@ -21,10 +21,6 @@ void Transformer::set_train_compute(const TrainCompute& compute) {
   TP_CHECK(compute.matmul_dtype == DType::kF32 || compute.matmul_dtype == DType::kBF16,
            "[Transformer::set_train_compute] matmul dtype: got ", dtype_name(compute.matmul_dtype),
            ", expected f32 or bf16");
-  for (const TransformerLayer& l : layers_)
-    TP_CHECK(!compute.sequence_parallel || !l.is_moe(), "[Transformer::set_train_compute] sequence parallelism ",
-             "covers dense layers; this model has MoE layers (their tokens are taken Replicated): train it without ",
-             "--sequence-parallel");
   compute_ = compute;
   train_->invalidate();
   stage_micro_.clear();

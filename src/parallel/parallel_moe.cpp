@@ -124,6 +124,12 @@ void ParallelMoe::to_expert_order(Tensor& out, const Tensor& in, const MoeActs& 
 
 void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& a, Communicator& reduce,
                           Communicator* dispatch, double capacity_factor) const {
+  forward_partial(eng, out, x, a, dispatch, capacity_factor);
+  reduce.all_reduce(out);
+}
+
+void ParallelMoe::forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& a, Communicator* dispatch,
+                                  double capacity_factor) const {
   TP_CHECK(x.ndim() == 2 && x.dim(1) == shape_.hidden && out.shape() == x.shape() && out.raw() != x.raw(),
            "[ParallelMoe::forward] x ", x.describe(), ", out ", out.describe(),
            ": expected two distinct (N, ", shape_.hidden, ") tensors");
@@ -249,12 +255,23 @@ void ParallelMoe::forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeAc
       for (int64_t c = 0; c < C; ++c) o[n * C + c] += gn * y[c];
     }
   }
-  reduce.all_reduce(out);
 }
 
 void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& a,
                            std::span<const float> aux_dprob, float z_dlse, Communicator& reduce,
                            Communicator* dispatch) {
+  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, true);
+}
+
+void ParallelMoe::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                                   const MoeActs& a, std::span<const float> aux_dprob, float z_dlse,
+                                   Communicator& reduce, Communicator* dispatch) {
+  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, false);
+}
+
+void ParallelMoe::backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
+                                const MoeActs& a, std::span<const float> aux_dprob, float z_dlse,
+                                Communicator& reduce, Communicator* dispatch, bool sum_dx) {
   const int64_t N = x.dim(0), C = shape_.hidden, E = shape_.n_experts, K = shape_.top_k, El = experts_.size();
   TP_CHECK(a.n_rows == N && d_out.shape() == x.shape() && d_x.shape() == x.shape() && d_x.raw() != d_out.raw(),
            "[ParallelMoe::backward] d_out ", d_out.describe(), ", d_x ", d_x.describe(), ", x ", x.describe(),
@@ -311,7 +328,10 @@ void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
     }
     shared_->backward_partial(eng, d_x, d_sy, x, a.shared_acts);
   }
-  reduce.all_reduce(d_x);
+  if (sum_dx) reduce.all_reduce(d_x);
+  // The replicated parts' input gradients, the same on every rank: added to the sum, or to rank
+  // 0's part only when d_x stays Partial.
+  const bool adds_replicated = sum_dx || reduce.rank() == 0;
   // The router and the shared gate (Replicated: every rank computes the same, after the sum).
   Tensor d_logits = Tensor::zeros({N, E}, DType::kF32);
   for (int64_t n = 0; n < N; ++n) {
@@ -335,7 +355,7 @@ void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
     for (int64_t e = 0; e < E; ++e) dl[e] = p[e] * (dl[e] - pd + dz);
   }
   ensure_grad(router_g_, router_w_.shape());
-  if (N > 0) matmul_backward(eng, &d_x, &router_g_, nullptr, d_logits, x, router_w_);
+  if (N > 0) matmul_backward(eng, adds_replicated ? &d_x : nullptr, &router_g_, nullptr, d_logits, x, router_w_);
   if (shared_) {
     ensure_grad(shared_gate_g_, shared_gate_w_.shape());
     float* gg = shared_gate_g_.data<float>();
@@ -344,7 +364,9 @@ void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
       const float g = a.shared_gate.data<float>()[n];
       const float dz = small[size_t(N * K + n)] * g * (1.0f - g);
       const float* xn = x.data<float>() + n * C;
-      for (int64_t c = 0; c < C; ++c) gg[c] += dz * xn[c], dx[n * C + c] += dz * gw[c];
+      for (int64_t c = 0; c < C; ++c) gg[c] += dz * xn[c];
+      if (adds_replicated)
+        for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dz * gw[c];
     }
   }
 }

@@ -105,12 +105,23 @@ class ParallelMoe {
   // 0: dropless. Collective over reduce (and dispatch).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& acts, Communicator& reduce,
                Communicator* dispatch, double capacity_factor = 0) const;
+  // forward without the final sum: out (N, C) Partial over `reduce` (each TP rank's expert and
+  // shared-expert slices), for a caller that reduce-scatters it (sequence parallelism). Collective
+  // over dispatch only.
+  void forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, MoeActs& acts, Communicator* dispatch,
+                       double capacity_factor = 0) const;
   // d_x (N, C) written: the input gradient of d_out (N, C). aux_dprob (E, may be empty): a
   // gradient added to every token's router probability of expert e (the auxiliary loss's);
   // z_dlse: the router z-loss's gradient on a token's logsumexp per unit of it (d loss / d lse_n
   // = z_dlse * lse_n; 0: none). Weight gradients accumulate.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
                 std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch);
+  // backward with d_x Partial over `reduce` (its sum over the ranks is backward's d_x; the
+  // router's and the shared gate's input gradients, the same on every rank, are in rank 0's
+  // part), for a caller that reduce-scatters it. Still collective over reduce (the combine
+  // weights' gradients are summed) and dispatch.
+  void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
+                        std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch);
 
  private:
   // Moves rows (rows, C) between EP ranks: forward from the senders' order to the receivers'
@@ -119,6 +130,10 @@ class ParallelMoe {
                 const std::vector<int64_t>& recv_rows, Communicator* dispatch) const;
   // Received rows (source-major) to expert-major order and back.
   void to_expert_order(Tensor& out, const Tensor& in, const MoeActs& a, bool back) const;
+  // backward (sum_dx) or backward_partial.
+  void backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
+                     std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch,
+                     bool sum_dx);
 
   MoeShape shape_;
   ExpertSplit split_;
