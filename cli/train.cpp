@@ -501,7 +501,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--sequence-parallel", o->sequence_parallel,
                 "Sequence parallelism over the --tp ranks (Megatron-SP): norms and residual adds on each "
                 "rank's share of the tokens, all-gather / reduce-scatter instead of all-reduce; less "
-                "activation memory per rank, the same training (dense models)");
+                "activation memory per rank, the same training (MoE layers route the gathered tokens)");
   cmd->add_option("--zero", o->zero,
                   "1: the distributed optimizer (ZeRO-1): AdamW moments sharded over the --dp ranks, "
                   "gradients reduce-scattered and parameters all-gathered; 0: replicated")
