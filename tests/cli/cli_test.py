@@ -679,10 +679,10 @@ class Faults(CliCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def faulty_run(self, action, args, prefix=()):
+    def faulty_run(self, action, args, prefix=(), fault=None):
         marker = f"TP_FAULT_RUN={os.getpid()}-{action}-{len(args)}-{len(prefix)}"
         name, value = marker.split("=")
-        r = run(args, prefix=prefix, env_extra={"TENSORPAR_FAULT": self.FAULT.format(action), name: value})
+        r = run(args, prefix=prefix, env_extra={"TENSORPAR_FAULT": (fault or self.FAULT).format(action), name: value})
         self.assertEqual(processes_with(marker), [], f"processes left behind:\n{r.stderr}")
         return r
 
@@ -862,6 +862,18 @@ class Faults(CliCase):
                             prefix=self.mpirun(3, "--enable-recovery"))
         self.assertIn("rank 1 killed at its all_reduce call #38 on mpi:", r.stderr)
         self.assert_survivor_errors(r, (0, 2), 3, rf"timed out after {COMM_TIMEOUT:g} s", r"no answer from world rank 1 ")
+
+    def test_mpi_kill_np2_interleaved_pipeline(self):
+        # Interleaved pipeline stages (--pp-virtual: buffered sends in flight between the two
+        # processes, both ways): the second stage killed at its 4th send; the first stage's
+        # receive times out naming it, and its exit does not wait on sends never to be received.
+        args = [*TINY[:TINY.index("--layers")], "--layers", "4", *TINY[TINY.index("--layers") + 2:]]
+        r = self.faulty_run("kill", ["train", *args, "--batch", "4", "--micro-batch", "1", "--steps", "6", "--pp", "2",
+                                     "--pp-virtual", "2", "--backend", "mpi"],
+                            prefix=self.mpirun(2, "--enable-recovery"), fault="rank:1,op:send,after:3,action:{}")
+        self.assertIn("rank 1 killed at its send call #4 on mpi:", r.stderr)
+        self.assertRegex(r.stderr, rf"error: (rank 0: )?\[mpi recv\] timed out after {COMM_TIMEOUT:g} s \(group mpi:world\S*, "
+                                   r"rank 0 of 2, op #\d+ recv\): no answer from world rank 1 ")
 
     def test_mpi_stall_np3(self):
         r = self.faulty_run("stall", ["train", *self.MPI_ARGS, "--steps", "6", "--backend", "mpi"], prefix=self.mpirun(3))
