@@ -37,7 +37,8 @@ ExpertSplit expert_split_of(const ModelConfig& c, const ExpertParallel& ep, int 
 Transformer::Transformer(const ModelConfig& config, Communicator& tp, int64_t quant_align, LayerSpan span,
                          ExpertParallel experts)
     : config_(config), tp_(tp), span_(span), ep_(experts), ws_(std::make_unique<Workspace>()),
-      train_(std::make_unique<TrainState>()), scratch_(std::make_unique<TrainScratch>()) {
+      train_(std::make_unique<TrainState>()), scratch_(std::make_unique<TrainScratch>()),
+      stage_spare_(std::make_shared<std::vector<std::unique_ptr<TrainState>>>()) {
   config_.validate(config_.model_type);
   const ModelConfig& c = config_;
   if (span_.last < 0) span_.last = c.n_layers;

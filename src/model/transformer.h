@@ -76,6 +76,10 @@ class Transformer final : public CausalLM {
   // Rows of a micro-batch of N tokens that cross a stage boundary from this rank: N, or under
   // sequence parallelism this TP rank's share (partition_even), the stages' TP ranks paired.
   int64_t stage_rows(int64_t N) const;
+  // Takes the released per-micro-batch activations of `owner`'s pool from now on instead of a
+  // pool of its own, so that a pipeline stage's model chunks (interleaved schedule) hold as many
+  // as are alive at once, not each chunk's own peak. Before any stage_forward of this model.
+  void share_stage_states(Transformer& owner);
   // On a last stage without the embedding whose head is tied: the embedding shard it holds as
   // its LM head, as a parameter (the first stage's name). The pipeline steps it with the same
   // summed gradient as the first stage's copy, so the two stay equal. Empty elsewhere.
@@ -185,7 +189,9 @@ class Transformer final : public CausalLM {
   std::unique_ptr<TrainState> train_;
   std::unique_ptr<TrainScratch> scratch_;
   std::map<int64_t, std::unique_ptr<TrainState>> stage_micro_;  // pipeline: activations per micro-batch
-  std::vector<std::unique_ptr<TrainState>> stage_spare_;          // released ones, reused
+  // Released ones, reused; one pool may serve a stage's chunks (share_stage_states).
+  std::shared_ptr<std::vector<std::unique_ptr<TrainState>>> stage_spare_;
+  bool owns_stage_spare_ = true;  // counted by this model's activation_bytes
   TrainCompute compute_;
   std::function<void(int64_t part)> backward_hook_;
 };

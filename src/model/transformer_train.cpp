@@ -42,8 +42,18 @@ int64_t Transformer::activation_bytes() const {
   const SequenceParallelScratch& sp = scratch_->sp;
   int64_t n = state_bytes(*train_) + bytes({&sp.full, &sp.full_grad, &sp.partial});
   for (const auto& [micro, s] : stage_micro_) n += state_bytes(*s);
-  for (const auto& s : stage_spare_) n += state_bytes(*s);
+  if (owns_stage_spare_)
+    for (const auto& s : *stage_spare_) n += state_bytes(*s);
   return n;
+}
+
+void Transformer::share_stage_states(Transformer& owner) {
+  TP_CHECK(stage_micro_.empty() && stage_spare_->empty(), "[Transformer::share_stage_states] layers [", span_.first,
+           ", ", span_.last, ") already hold activations");
+  TP_CHECK(&owner != this && owner.owns_stage_spare_, "[Transformer::share_stage_states] the owner must be another "
+           "model with a pool of its own");
+  stage_spare_ = owner.stage_spare_;
+  owns_stage_spare_ = false;
 }
 
 float Transformer::train_step(const Tensor& tokens, const Tensor& targets, float loss_scale, bool with_grad) {
@@ -288,9 +298,9 @@ float Transformer::stage_forward(int64_t micro, const Tensor& tokens, const Tens
   std::unique_ptr<TrainState>& s = stage_micro_[micro];
   TP_CHECK(!s, "[Transformer::stage_forward] micro-batch ", micro, " already holds activations (layers [",
            span_.first, ", ", span_.last, "))");
-  if (!stage_spare_.empty()) {
-    s = std::move(stage_spare_.back());
-    stage_spare_.pop_back();
+  if (!stage_spare_->empty()) {
+    s = std::move(stage_spare_->back());
+    stage_spare_->pop_back();
   } else {
     s = std::make_unique<TrainState>();
   }
@@ -302,7 +312,7 @@ float Transformer::stage_forward(int64_t micro, const Tensor& tokens, const Tens
     throw;
   }
   if (!with_grad) {
-    stage_spare_.push_back(std::move(s));
+    stage_spare_->push_back(std::move(s));
     stage_micro_.erase(micro);
   }
   return loss;
@@ -315,7 +325,7 @@ void Transformer::stage_backward(int64_t micro, const Tensor* d_out, float loss_
   std::unique_ptr<TrainState> s = std::move(it->second);
   stage_micro_.erase(it);
   span_backward(*s, d_out, loss_scale, d_in);
-  stage_spare_.push_back(std::move(s));
+  stage_spare_->push_back(std::move(s));
 }
 
 std::vector<ParamShard> Transformer::tied_head_copy() {

@@ -46,6 +46,8 @@ Pipeline::Pipeline(std::vector<Transformer*> chunks, Communicator& pp) : chunks_
              " the head: expected the embedding on the first stage's first chunk only and the head on the last "
              "stage's last chunk only");
   }
+  // The chunks' released activations in one pool: the stage holds as many as are alive at once.
+  for (size_t v = 1; v < chunks_.size(); ++v) chunks_[v]->share_stage_states(*chunks_.front());
   tied_ = n_stages() > 1 && chunks_.front()->config().tie_embeddings;
   // Collective over pp: every stage takes part, the middle ones in a group of their own.
   if (n_stages() > 1) {
