@@ -60,9 +60,9 @@ TP_AVX512BF16 inline __attribute__((always_inline)) void chunk(__m512 (&acc)[WR]
 // The chunks [k0, k1) of one register block. A long K is walked in slabs (so that a block's
 // weight rows and input rows of one slab stay in L1 together); between slabs the 16-lane
 // accumulators wait in `partial` (WR x XR vectors, exact), so every output still sees the same
-// chunk sequence and the same final reduction. `prefetch` (or null): pf_rows weight rows (stride
-// ldw) to pull into cache while this block computes, one line per row and chunk from their start:
-// the weights the next slab will read.
+// chunk sequence and the same final reduction. `prefetch`: pf_rows weight rows (stride ldw; 0:
+// none) to pull into cache while this block computes, one line per row and chunk from their
+// start: the weights the next slab will read.
 template <int WR, int XR>
 TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, int64_t k1, float* partial,
                          const uint16_t* prefetch = nullptr, int pf_rows = 0) {
@@ -73,14 +73,10 @@ TP_AVX512BF16 void block(const Operands& o, int64_t n0, int64_t m0, int64_t k0, 
   const uint16_t* wb = o.w + n0 * o.ldw;
   const uint16_t* xb = o.xb + m0 * o.Kp;
   const int64_t full = std::min(k1, o.K / kChunk * kChunk);
-  if (prefetch) {
-    for (int64_t k = k0; k < full; k += kChunk) {
-      for (int i = 0; i < pf_rows; ++i)
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + i * o.ldw + (k - k0)), _MM_HINT_T0);
-      chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
-    }
-  } else {
-    for (int64_t k = k0; k < full; k += kChunk) chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
+  for (int64_t k = k0; k < full; k += kChunk) {
+    for (int i = 0; i < pf_rows; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + i * o.ldw + (k - k0)), _MM_HINT_T0);
+    chunk<WR, XR>(acc, wb, o.ldw, xb, o.Kp, k, ~__mmask32(0));
   }
   if (k1 < o.Kp) {
     TP_UNROLL for (int i = 0; i < WR; ++i)
@@ -115,11 +111,8 @@ TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, i
       else if (n0 + WR < o.N)
         pf = o.w + (n0 + WR) * o.ldw, pf_rows = int(std::min<int64_t>(kWRows, o.N - n0 - WR));
     }
-    if (m + kXRows <= m_end) {
-      block<WR, kXRows>(o, n0, m, k0, k1, p, pf, pf_rows);
-      m += kXRows, p += kPartialFloats;
-    }
-    for (; m + kXRows <= m_end; m += kXRows, p += kPartialFloats) block<WR, kXRows>(o, n0, m, k0, k1, p);
+    for (; m + kXRows <= m_end; m += kXRows, p += kPartialFloats)
+      block<WR, kXRows>(o, n0, m, k0, k1, p, pf, m == m_begin ? pf_rows : 0);
     switch (m_end - m) {
       case 2: block<WR, 2>(o, n0, m, k0, k1, p); break;
       case 1: block<WR, 1>(o, n0, m, k0, k1, p); break;
