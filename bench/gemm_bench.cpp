@@ -28,6 +28,7 @@
 #include "kernels/cpu/avx512bf16_matmul.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/rowwise_matmul.h"
 
 namespace tensorpar {
@@ -252,15 +253,18 @@ std::vector<Tensor> copies_of(const Tensor& w, int64_t n) {
 
 // GFLOP/s of our matmul_forward and of raw oneDNN for out (M,N) = in (M,K) x W^T.
 Row bench_shape(MatmulEngine& eng, DType wt, int64_t M, int64_t N, int64_t K, uint64_t seed) {
-  const DType at = wt == DType::kF32 ? DType::kF32 : DType::kBF16;  // activations
+  // Activations: bf16 beside 16-bit and quantized weights, where oneDNN (the peer) multiplies bf16.
+  const DType at = wt == DType::kF32 || !onednn_has_bf16_matmul() ? DType::kF32 : DType::kBF16;
   const std::vector<float> wv = random_values(N * K, seed), xv = random_values(M * K, seed + 1);
   const Tensor in = Tensor::from_f32({M, K}, xv, at);
   Tensor out = Tensor::zeros({M, N}, DType::kF32);
   Tensor w_float = Tensor::from_f32({N, K}, wv, at);  // the raw oneDNN operand (f32 or bf16)
-  Tensor w = w_float;
+  Tensor w = w_float;  // ours: the weight in its own type
   if (dtype_is_quantized(wt)) {
     w = Tensor::empty({N, K}, wt);
     quantize_row(w.raw(), wv.data(), wt, N * K);
+  } else if (wt != at) {
+    w = Tensor::from_f32({N, K}, wv, wt);
   }
   const double flops = 2.0 * double(M) * double(N) * double(K);
   Row row{std::string(dtype_name(wt)), M, N, K, 0, 0, 0, 0};
@@ -357,16 +361,18 @@ Tensor random_quant_weight(DType t, int64_t N, int64_t K, uint64_t seed) {
 }
 
 // --quant: the batch-invariant inference kernels for GGUF weights side by side: row-wise AVX-512
-// (weights dequantized in registers or an L1 buffer, f32 activations) and the int8 kernel
-// (activations rounded to 8 bits, VNNI integer dots). Shapes: the default model's (C 576, F 1536)
+// or AVX2 (weights dequantized in registers or an L1 buffer, f32 activations) and the int8 kernel
+// (activations rounded to 8 bits, VNNI or AVX2 integer dots). Shapes: the default model's (C 576, F 1536)
 // and the 0.7B's (fused q/k/v 3072 x 2048, fused gate/up 11264 x 2048, down 2048 x 5632).
 // Weight GB/s (the quantized bytes / time: what decode is bound by) and GFLOP/s.
 void run_quant_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
   if (!opt.json) {
-    std::printf("inference GGUF weights, %d thread(s): rowwise (AVX-512, f32 activations) and int8 (%s); "
+    const std::vector<Int8Kernel> int8 = int8_matmul_kernels();
+    std::printf("inference GGUF weights, %d thread(s): rowwise (%s, f32 activations) and int8 (%s); "
                 "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
-                current_num_threads(), int8_matmul_usable(DType::kQ4_0) ? "AVX512-VNNI" : "not on this CPU");
+                current_num_threads(), quant_detail::cpu_has_avx512() ? "AVX-512" : quant_detail::cpu_has_avx2() ? "AVX2" : "portable",
+                int8.empty() ? "not on this CPU" : int8_kernel_name(int8.front()));
     std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
   }
   std::vector<NK> shapes = {{1536, 576}, {576, 1536}, {3072, 2048}, {11264, 2048}, {2048, 5632}};
@@ -423,13 +429,19 @@ void run_gemm_bench(const GemmBenchOptions& opt) {
   const int64_t S = opt.quick ? 512 : 2048;
   double peak[2] = {0, 0};
   std::vector<Row> peak_rows;
-  for (const DType t : {DType::kF32, DType::kBF16}) {
+  std::vector<DType> peak_types = {DType::kF32, DType::kBF16};
+  if (!onednn_has_bf16_matmul()) {  // no bf16 peer on this CPU: bf16 rows compare with f32's peak
+    peak_types.pop_back();
+    if (!opt.json) std::printf("(oneDNN has no bf16 matmul on this CPU: its rows multiply f32 operands)\n");
+  }
+  for (const DType t : peak_types) {
     Row r = bench_shape(eng, t, S, S, S, 7);
     r.peak = r.onednn;
     r.fma_peak = fma_peak_gflops(t == DType::kBF16);
     peak[t == DType::kBF16] = r.onednn;
     peak_rows.push_back(r);
   }
+  if (peak_rows.size() == 1) peak[1] = peak[0];
   if (!opt.json) {
     std::printf("%-5s %5s %5s %5s %10s %10s %7s %9s %7s\n", "dtype", "M", "N", "K", "ours", "onednn",
                 "ratio", "peak", "/peak");
@@ -454,7 +466,7 @@ void run_gemm_bench(const GemmBenchOptions& opt) {
   }
   if (!opt.json) {
     std::printf("\nFMA-instruction peak (all threads): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
-                peak_rows[0].fma_peak, peak_rows[1].fma_peak);
+                peak_rows[0].fma_peak, peak_rows.back().fma_peak * (peak_rows.size() > 1));
   }
 }
 
@@ -470,8 +482,8 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_option("--threads", opt->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--quant", opt->quant,
-                "The batch-invariant inference kernels for GGUF block-quantized weights instead: row-wise AVX-512 "
-                "(f32 activations) and int8 (VNNI)");
+                "The batch-invariant inference kernels for GGUF block-quantized weights instead: row-wise "
+                "(f32 activations) and int8 (VNNI or AVX2)");
   cmd->add_option("--rows", opt->rows,
                   "The row counts M to run (default 1,16,512; with --quant 1,4,16,64,256; not --inference)")
       ->delimiter(',')

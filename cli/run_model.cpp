@@ -54,7 +54,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "(empty = --model's)");
   cmd.add_option("--activations", opts.activations,
                  "Block-quantized (GGUF) weights multiply: int8 (activations rounded to 8 bits per "
-                 "block, integer dot products on AVX512-VNNI CPUs, as llama.cpp) | f32 (f32 "
+                 "block, integer dot products on AVX2 or AVX512-VNNI CPUs, as llama.cpp) | f32 (f32 "
                  "activations: slower, slightly more accurate). Other CPUs always use f32")
       ->check(CLI::IsMember({"int8", "f32"}));
   cmd.add_option("--kv-dtype", opts.kv_dtype,

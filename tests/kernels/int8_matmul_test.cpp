@@ -1,8 +1,9 @@
 // The int8-activation matmul (int8_matmul.h) of every weight type it covers: the 8-bit rounding
-// rule on its own, the VNNI kernel against the naive reference (activations rounded by the same
-// rule and dequantized, weights dequantized, float64 dots), batch invariance at any thread count,
-// strided weights, and bad operands. Skipped on CPUs without AVX512-VNNI (the reference and the
-// rounding rule are still checked there).
+// rule on its own, each kernel this CPU runs (AVX512-VNNI, AVX2) against the naive reference
+// (activations rounded by the same rule and dequantized, weights dequantized, float64 dots), the
+// extreme codes where AVX2's 16-bit pair sums are closest to overflowing, batch invariance at any
+// thread count, strided weights, and bad operands. The kernel tests skip on a CPU without AVX2
+// (the reference and the rounding rule are still checked there).
 //
 // Tolerances: inputs uniform in [-1, 1], dequantized weights within about [-1.5, 1.5] (random
 // blocks, quant_test_util.h); the kernel's integer sums are exact and its f32 scaling and
@@ -11,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
@@ -38,13 +40,23 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 std::vector<float> row(const Tensor& t, int64_t r) { return t.slice(0, r, r + 1).contiguous().to_vector(); }
 
-// A kernel call with its own aligned scratch.
-void run_int8(Tensor& out, const Tensor& in, const Tensor& w, const Tensor* bias) {
+// A kernel call with its own aligned scratch (the CPU's best kernel unless one is named).
+void run_int8(Tensor& out, const Tensor& in, const Tensor& w, const Tensor* bias,
+              std::optional<Int8Kernel> kernel = std::nullopt) {
   const int64_t bytes = int8_matmul_scratch_bytes(in.dim(0), in.dim(1), w.dtype());
   std::vector<char> buf(static_cast<size_t>(bytes + 64));
   void* p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
-  int8_matmul_forward(out, in, w, bias, p);
+  if (kernel) int8_matmul_forward(out, in, w, bias, p, *kernel);
+  else int8_matmul_forward(out, in, w, bias, p);
 }
+
+std::string label(Int8Kernel kernel, DType t) {
+  std::string s = int8_kernel_name(kernel);
+  s.append(" ").append(dtype_name(t));
+  return s;
+}
+
+constexpr const char* kNoKernel = "this CPU has no int8 kernel (AVX2 with FMA and F16C)";
 
 // The rounding rule itself: every element within half a step of its block's scale (plus the f16
 // rounding of a legacy scale: at most 127 * 2^-11 of a step), the largest element at +-127, and a
@@ -105,11 +117,12 @@ TEST(Int8Matmul, ReferenceIsTheRoundedActivationsProduct) {
 }
 
 TEST(Int8Matmul, MatchesReferenceForEveryType) {
-  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << kNoKernel;
   Rng rng(23);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (const Int8Kernel kernel : int8_matmul_kernels())
   for (const DType t : kInt8Types) {
-    SCOPED_TRACE(dtype_name(t));
+    SCOPED_TRACE(label(kernel, t));
     ASSERT_TRUE(int8_matmul_usable(t));
     // An odd number of legacy blocks leaves a half 64-wide chunk at the end.
     const std::vector<int64_t> ks = dtype_is_kquant(t) ? std::vector<int64_t>{256, 768} : std::vector<int64_t>{32, 96, 608};
@@ -120,35 +133,85 @@ TEST(Int8Matmul, MatchesReferenceForEveryType) {
         const Tensor x = rng.uniform_tensor({M, K});
         const Tensor bias = rng.uniform_tensor({N});
         Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
-        run_int8(got, x, w, &bias);
+        run_int8(got, x, w, &bias, kernel);
         int8_matmul_reference(want, x, w, &bias);
         EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), tol(K)) << " K " << K << " M " << M;
       }
   }
 }
 
+// The largest products the types allow, all of one sign, so that every 16-bit pair sum of AVX2's
+// VPMADDUBSW is at its extreme (Q8_0: -128 x -127 twice is 32512; Q6_K: codes 63): a saturated
+// pair would be off by thousands of steps. Q8_0 blocks of q = -128 or 127 and d = 1/64, against
+// activations of one magnitude whose signs follow the weights'; Q6_K and Q5_0 with every code bit set.
+TEST(Int8Matmul, ExtremeCodesAreExact) {
+  if (!int8_matmul_usable(DType::kQ8_0)) GTEST_SKIP() << kNoKernel;
+  const int64_t K = 512, N = 3, M = 2;
+  for (const DType t : {DType::kQ8_0, DType::kQ6_K, DType::kQ5_0})
+    for (const Int8Kernel kernel : int8_matmul_kernels()) {
+      SCOPED_TRACE(label(kernel, t));
+      Tensor w = Tensor::zeros({N, K}, t);
+      auto* bytes = static_cast<uint8_t*>(w.raw());
+      const int64_t nblocks = N * K / dtype_block_elems(t), bb = dtype_block_bytes(t);
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (int64_t b = 0; b < nblocks; ++b) {
+        uint8_t* blk = bytes + b * bb;
+        const bool negative = b % 2 == 0;
+        if (t == DType::kQ8_0) {
+          auto* q = reinterpret_cast<BlockQ8_0*>(blk);
+          q->d = f32_to_f16(1.0f / 64);
+          std::memset(q->qs, negative ? 0x80 : 0x7f, sizeof(q->qs));
+        } else if (t == DType::kQ6_K) {
+          auto* q = reinterpret_cast<BlockQ6_K*>(blk);
+          std::memset(q->ql, 0xff, sizeof(q->ql));
+          std::memset(q->qh, 0xff, sizeof(q->qh));
+          std::memset(q->scales, 1, sizeof(q->scales));
+          q->d = f32_to_f16(1.0f / 64);
+        } else {
+          auto* q = reinterpret_cast<BlockQ5_0*>(blk);
+          std::memset(q->qs, 0xff, sizeof(q->qs));
+          std::memset(q->qh, 0xff, sizeof(q->qh));
+          q->d = f32_to_f16(1.0f / 16);
+        }
+      }
+      // Weight row n's block b is negative for even b (Q8_0 only); activations follow the sign.
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+          const bool negative = t == DType::kQ8_0 && (k / kQuantBlock) % 2 == 0;
+          x[size_t(m * K + k)] = (negative ? -1.0f : 1.0f) * (m + 1);
+        }
+      const Tensor xt = Tensor::from_f32({M, K}, x);
+      Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
+      run_int8(got, xt, w, nullptr, kernel);
+      int8_matmul_reference(want, xt, w, nullptr);
+      EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), tol(K));
+      EXPECT_GT(std::fabs(want.to_vector()[0]), 1.0);
+    }
+}
+
 // A row gives the same bits alone, in any batch, at any position, with 1 or 2 threads.
 TEST(Int8Matmul, RowsAreBatchInvariant) {
-  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << kNoKernel;
   Rng rng(24);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   const int64_t K = 512, N = 37, M = 11;
   const int saved = omp_get_max_threads();
+  for (const Int8Kernel kernel : int8_matmul_kernels())
   for (const DType t : kInt8Types) {
-    SCOPED_TRACE(dtype_name(t));
+    SCOPED_TRACE(label(kernel, t));
     const Tensor w = testing::random_blocks(rng, N, K, t);
     const Tensor x = rng.uniform_tensor({M, K});
     Tensor all = nan_tensor({M, N});
-    run_int8(all, x, w, nullptr);
+    run_int8(all, x, w, nullptr, kernel);
     for (const int threads : {1, 2}) {
       omp_set_num_threads(threads);
       for (int64_t r = 0; r < M; ++r) {
         Tensor one = nan_tensor({1, N});
-        run_int8(one, x.slice(0, r, r + 1), w, nullptr);
+        run_int8(one, x.slice(0, r, r + 1), w, nullptr, kernel);
         EXPECT_TRUE(bitwise_equal(row(one, 0), row(all, r))) << " row " << r << " threads " << threads;
         const int64_t m0 = std::max<int64_t>(0, r - 2);
         Tensor some = nan_tensor({r + 1 - m0, N});
-        run_int8(some, x.slice(0, m0, r + 1), w, nullptr);
+        run_int8(some, x.slice(0, m0, r + 1), w, nullptr, kernel);
         EXPECT_TRUE(bitwise_equal(row(some, r - m0), row(all, r))) << " row " << r << " of " << r + 1 - m0;
       }
     }
@@ -158,11 +221,12 @@ TEST(Int8Matmul, RowsAreBatchInvariant) {
 
 // A column slice of a weight at block boundaries (a row-parallel shard) and a strided output.
 TEST(Int8Matmul, StridedWeightAndOutput) {
-  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << kNoKernel;
   Rng rng(25);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (const Int8Kernel kernel : int8_matmul_kernels())
   for (const DType t : {DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    SCOPED_TRACE(dtype_name(t));
+    SCOPED_TRACE(label(kernel, t));
     const int64_t be = dtype_block_elems(t), K = 2 * be, N = 7, M = 5;
     const Tensor full = testing::random_blocks(rng, N, 3 * K, t);
     const Tensor w = full.slice(1, K, 2 * K);
@@ -170,7 +234,7 @@ TEST(Int8Matmul, StridedWeightAndOutput) {
     const Tensor x = rng.uniform_tensor({M, K});
     Tensor wide = nan_tensor({M, N + 3});
     Tensor got = wide.slice(1, 2, 2 + N), want = nan_tensor({M, N});
-    run_int8(got, x, w, nullptr);
+    run_int8(got, x, w, nullptr, kernel);
     int8_matmul_reference(want, x, w, nullptr);  // the reference reads rows by stride too
     EXPECT_LE(testing::max_abs_diff(got.contiguous().to_vector(), want.to_vector()), tol(K));
   }
@@ -180,7 +244,7 @@ TEST(Int8Matmul, StridedWeightAndOutput) {
 // default; set_int8_activations(false) and the types it does not cover (Q2_K, Q3_K) keep f32
 // activations.
 TEST(Int8Matmul, EngineDispatch) {
-  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << "this CPU has no AVX512-VNNI";
+  if (!int8_matmul_usable(DType::kQ4_0)) GTEST_SKIP() << kNoKernel;
   Rng rng(26);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   MatmulEngine eng;

@@ -14,6 +14,7 @@
 #include "core/quant.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/rowwise_matmul.h"
 #include "quant_test_util.h"
 #include "test_util.h"
@@ -107,6 +108,34 @@ TEST(RowwiseMatmul, QuantizedRowsAreBatchInvariant) {
       Tensor want = nan_tensor({M, N});
       matmul_forward_naive(want, x, w, nullptr);
       EXPECT_LE(testing::max_abs_diff(all.to_vector(), want.to_vector()), 1.5e-6 * double(K) + 1e-5);
+    }
+}
+
+// The AVX2 path (CPUs without AVX-512) runs each dot's 16 lanes as two 8-lane halves with the
+// portable loop's fma sequence and reduction tree, and dequantizes blocks with dequantize_row as
+// the portable loop does: its results are the portable loop's bits, for every weight type, tail
+// length and row count (which also makes the portable loop the AVX2 path's exact oracle).
+TEST(RowwiseMatmul, Avx2PathIsBitwiseThePortableLoop) {
+  if (quant_detail::cpu_has_avx512() || !quant_detail::cpu_has_avx2())
+    GTEST_SKIP() << "rowwise_matmul_forward takes the AVX2 path only on AVX2 CPUs without AVX-512";
+  Rng rng(4);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  std::vector<DType> types = {DType::kF32, DType::kBF16, DType::kF16};
+  types.insert(types.end(), std::begin(testing::kAllQuantTypes), std::end(testing::kAllQuantTypes));
+  for (const DType wt : types)
+    for (const int64_t M : {1, 2, 3, 7}) {
+      const bool quant = dtype_is_quantized(wt);
+      for (const int64_t K : quant ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1, 15, 16, 17, 200}) {
+        SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) + " K=" + std::to_string(K));
+        const int64_t N = 37;  // a whole 32-row tile and a part one, odd pairs
+        const Tensor x = rng.uniform_tensor({M, K});
+        const Tensor w = quant ? testing::random_blocks(rng, N, K, wt) : rng.uniform_tensor({N, K}, wt);
+        const Tensor b = rng.uniform_tensor({N});
+        Tensor simd = nan_tensor({M, N}), portable = nan_tensor({M, N});
+        rowwise_matmul_forward(simd, x, w, &b);
+        rowwise_matmul_forward_portable(portable, x, w, &b);
+        EXPECT_TRUE(bitwise_equal(simd.to_vector(), portable.to_vector()));
+      }
     }
 }
 

@@ -147,7 +147,7 @@ def test_chat_basic(any_tp_server):
         assert r.usage.completion_tokens == 32
     # The answer is the command line's for the same question at the same tp: one engine, whose
     # kernels give a row the same bits in any batch. (Its words are not asserted: with 8-bit
-    # activations, the default on VNNI CPUs, this 135M model's greedy answer moves with the last
+    # activations, the default on AVX2 and VNNI CPUs, this 135M model's greedy answer moves with the last
     # bits of its arithmetic; the model's logits are checked against references in
     # tests/model/default_model_test.cpp.)
     cli = subprocess.run([_binary(), "generate", "--model", _model(), "--tp", str(s.tp), "--ctx", str(CTX),

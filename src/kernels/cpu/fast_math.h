@@ -11,8 +11,11 @@
 
 // Run-time ISA dispatch (GCC/Clang ifunc): one body, compiled for each target. Not under the
 // sanitizers: an ifunc resolver runs before their runtime is up (a crash at load under TSan).
+// The AVX2 clone is the x86-64-v3 level (AVX2 with FMA and F16C), which the resolver checks by
+// feature: "avx2" alone has no FMA (std::fma a libm call), and "arch=haswell" is checked by CPU
+// model, so no AMD CPU would ever run it.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define TP_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TP_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
 #else
 #define TP_VECTOR_CLONES
 #endif

@@ -2,7 +2,7 @@
 // multiplies GGUF weights on CPUs: each input row is rounded to int8 blocks first (Q8_0-style
 // blocks of 32 with an f16 scale for the legacy weight types, Q8_K-style super-blocks of 256 with
 // an f32 scale for the K-quants), then every block pair is an exact integer dot product
-// (AVX512-VNNI VPDPBUSD: unsigned weight codes x signed activations, 4 products per 32-bit lane)
+// (AVX512-VNNI VPDPBUSD, or AVX2's VPMADDUBSW + VPMADDWD: 4 products per 32-bit lane)
 // scaled by the weight's and the activation's block scales in f32. The integer sums are exact, so
 // the only rounding besides the activations' own is the f32 scaling and accumulation, done in an
 // order that depends on K only: a row's result is bitwise the same alone or in any batch, at any
@@ -15,15 +15,25 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
 
 namespace tensorpar {
 
-// Whether this CPU runs the int8 kernel (AVX-512 F/BW/VL/DQ and VNNI) and weights of type t have
-// one: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K. (Q2_K and Q3_K are not covered:
-// matmul_forward multiplies them with f32 activations.)
+// The instruction sets the kernels are written for: AVX-512 F/BW/VL/DQ with VNNI, and AVX2 with
+// FMA and F16C. Each gives a row the same result alone or in any batch; the two may differ from
+// each other in the last bits (their f32 accumulation orders differ).
+enum class Int8Kernel { kVnni512, kAvx2 };
+
+// The kernels this CPU runs, best first (empty: none).
+std::vector<Int8Kernel> int8_matmul_kernels();
+const char* int8_kernel_name(Int8Kernel k);
+
+// Whether this CPU runs an int8 kernel and weights of type t have one: Q4_0, Q4_1, Q5_0, Q5_1,
+// Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K. (Q2_K and Q3_K are not covered: matmul_forward multiplies them
+// with f32 activations.)
 bool int8_matmul_usable(DType t);
 
 // Bytes of scratch int8_matmul_forward needs for M input rows of K.
@@ -32,9 +42,12 @@ int64_t int8_matmul_scratch_bytes(int64_t M, int64_t K, DType t);
 // out (M,N) f32 (any row stride) = q8(in) (M,K) x weight^T + bias. in: f32, unit column stride;
 // weight (N,K) block-quantized with whole blocks per row (rows may be strided: a column slice at
 // block boundaries); bias (N) f32 or null. scratch: int8_matmul_scratch_bytes(M, K, t) bytes,
-// 64-byte aligned. Throws when !int8_matmul_usable(weight.dtype()).
+// 64-byte aligned. The CPU's best kernel, or the one named (which this CPU must run). Throws
+// when !int8_matmul_usable(weight.dtype()).
 void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
                          void* scratch);
+void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
+                         void* scratch, Int8Kernel kernel);
 
 // The naive reference (the test oracle): every input row rounded by the same 8-bit rule, then
 // dequantized (d * q), the weight dequantized by dequantize_row, and each output one float64 dot.

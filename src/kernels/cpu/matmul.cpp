@@ -188,12 +188,50 @@ CachedMatmul& get_primitive(MatmulEngine::Impl& im, const Tensor& c, const Tenso
 
 }  // namespace
 
+// Asked once with a tiny primitive.
+bool onednn_has_bf16_matmul() {
+  static const bool has = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const dnnl::memory::desc a({2, 2}, dnnl::memory::data_type::bf16, dnnl::memory::format_tag::ab);
+      const dnnl::memory::desc c({2, 2}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return has;
+}
+
+namespace {
+
+// A bf16 operand widened to f32 (exact), in the engine's scratch `slot` when 2-D.
+Tensor widened(MatmulEngine& eng, const Tensor& t, int slot) {
+  if (t.ndim() != 2) return t.to(DType::kF32);
+  const int64_t rows = t.dim(0), cols = t.dim(1), rs = t.strides()[0], cs = t.strides()[1];
+  Tensor out = Tensor::borrow(eng.scratch(slot, dtype_nbytes(DType::kF32, t.numel())), {rows, cols}, DType::kF32);
+  const bf16* src = t.data<bf16>();
+  float* dst = out.data<float>();
+#pragma omp parallel for schedule(static) if (rows * cols > (int64_t(1) << 15))
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = bf16_to_f32(src[i * rs + j * cs]);
+  return out;
+}
+
+}  // namespace
+
 void matmul(MatmulEngine& eng, Tensor& c, const Tensor& a, const Tensor& b, const Tensor* bias,
             float alpha, float beta) {
   check_matmul_args(c, a, b, bias);
   if (c.numel() == 0) return;
   if (a.dim(-1) == 0) {  // empty sum: c = beta * c + bias, done by hand (oneDNN rejects K = 0)
     matmul_naive(c, a, b, bias, alpha, beta);
+    return;
+  }
+  if (a.dtype() == DType::kBF16 && !onednn_has_bf16_matmul()) {
+    // bf16 products are exact in f32 and oneDNN accumulates bf16 in f32: the same arithmetic.
+    matmul(eng, c, widened(eng, a, 6), widened(eng, b, 7), bias, alpha, beta);
     return;
   }
   if (a.dtype() == DType::kF32 && c.dtype() == DType::kBF16) {
@@ -310,7 +348,7 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
   if (eng.row_invariant()) {
     const Tensor a = converted(eng, in2, DType::kF32, 0);
     // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
-    // 8-bit activations on VNNI, where the CPU has them (the choice depends on the CPU and the
+    // 8-bit activations on AVX2 or VNNI, where the CPU has them (the choice depends on the CPU and the
     // weight type only, never on M: every row of every batch takes the same path).
     const bool bf16 = weight.dtype() == DType::kBF16;
     if (bf16 && bf16_kernel() == Bf16Kernel::kAmx)

@@ -24,7 +24,7 @@ class MatmulEngine {
   // A scratch buffer of at least nbytes, 64-byte aligned, owned by the engine; `slot` picks one
   // of a few independent buffers (contents are kept until the slot is asked for more bytes).
   void* scratch(int slot, int64_t nbytes);
-  static constexpr int kScratchSlots = 6;  // 0-3: quant_matmul; 0-2 and 5: matmul; 4: bf16 activations
+  static constexpr int kScratchSlots = 8;  // 0-3: quant_matmul; 0-2 and 5-7: matmul; 4: bf16 activations
 
   // The dtype matmul_forward/matmul_backward multiply f32 weights and activations in: kF32
   // (default) or kBF16 (both operands rounded to bf16, f32 accumulation, outputs and gradients
@@ -36,7 +36,7 @@ class MatmulEngine {
   // Row-invariant mode (inference): matmul_forward computes every output row with kernels whose
   // arithmetic for a row does not depend on how many rows share the call (rowwise_matmul.h, for
   // float and block-quantized weights; amx_matmul.h / avx512bf16_matmul.h for bf16 weights where the CPU has AMX / AVX512-BF16,
-  // int8_matmul.h for most GGUF block types where it has AVX512-VNNI), so a
+  // int8_matmul.h for most GGUF block types where it has AVX2 or AVX512-VNNI), so a
   // sequence's logits are bitwise the same alone or in any batch. Off (oneDNN, and the fused few-row kernel for quantized weights) for training.
   void set_row_invariant(bool on) { row_invariant_ = on; }
   bool row_invariant() const { return row_invariant_; }
@@ -60,9 +60,14 @@ class MatmulEngine {
 // a, b, c may be strided views (e.g. `w.transpose(0, 1)` for a transposed operand); 2 to 6 dims,
 // all the same rank; batch dims of a and b equal c's or are 1 (broadcast). a and b are both f32
 // or both bf16 (bf16 accumulates in f32); c is f32 or bf16 (f32 inputs with a bf16 c go through
-// f32 scratch, oneDNN lacks that mix); bias (may be null) f32, contiguous.
+// f32 scratch, oneDNN lacks that mix; bf16 operands on a CPU where oneDNN has no bf16 matmul are
+// widened to f32 first, the same arithmetic); bias (may be null) f32, contiguous.
 void matmul(MatmulEngine& eng, Tensor& c, const Tensor& a, const Tensor& b, const Tensor* bias,
             float alpha = 1.0f, float beta = 0.0f);
+
+// Whether oneDNN multiplies bf16 operands on this CPU (AVX-512 or AMX, or AVX2 with VNNI-2; not
+// an AVX2-only CPU).
+bool onednn_has_bf16_matmul();
 
 // out (..,N) = in (..,K) x weight^T + bias, weight (N,K) in the HF [out,in] layout.
 // in: f32 or bf16 (converted to weight's dtype when the weight is f32/bf16 and they differ);

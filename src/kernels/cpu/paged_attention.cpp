@@ -16,6 +16,7 @@
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 
@@ -23,13 +24,9 @@ namespace {
 
 constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
-// Like TP_VECTOR_CLONES (fast_math.h), with FMA in the AVX2 clone: every score and output is an
-// fma chain, which without it would be a libm call per element.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define TP_FMA_CLONES __attribute__((target_clones("avx512f", "arch=haswell", "default")))
-#else
-#define TP_FMA_CLONES
-#endif
+// TP_VECTOR_CLONES (fast_math.h): every score and output is an fma chain, which without FMA in
+// the clone would be a libm call per element.
+#define TP_FMA_CLONES TP_VECTOR_CLONES
 constexpr int64_t kLanes = 16;  // keys scored side by side
 // The helpers below are inlined into row_group's clones, so each runs with its clone's ISA (FMA
 // included); an outlined copy would be built for the baseline ISA, where std::fma is a libm call.

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/quant_unpack_avx512.h"
 
@@ -261,12 +262,124 @@ TP_AVX512 void run_avx512(const Operands& o) {
   }
 }
 
-// With FMA on AVX2 machines (std::fma would otherwise be a libm call per element); each machine
-// runs one clone, so results stay batch-invariant on it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-__attribute__((target_clones("arch=haswell", "default")))
-#endif
-void run_portable(const Operands& o) {
+// ---- AVX2 with FMA and F16C: each dot's 16 lanes as two 8-lane halves, the fma sequence and the
+// reduction tree of dot_portable, so the results are bitwise the portable loop's ----
+
+#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+constexpr int kWRows2 = 2;       // weight rows per register block (2 x 2 pairs x 2 halves: 8 accumulators)
+constexpr int kXRows2 = 2;       // input rows per register block
+constexpr int64_t kWTile2 = 32;  // weight rows every input row passes before the next ones (L2)
+
+template <DType W>
+TP_AVX2 inline __m256 load_w8(const void* w, int64_t k) {
+  if constexpr (W == DType::kF32) return _mm256_loadu_ps(static_cast<const float*>(w) + k);
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + k));
+  if constexpr (W == DType::kBF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+// reduce16's tree: lanes i and i+8 (the halves), then i and i+4, i+2, i+1.
+TP_AVX2 inline float reduce_halves(__m256 lo, __m256 hi) {
+  const __m256 s = _mm256_add_ps(lo, hi);
+  const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  const __m128 p = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(p, _mm_movehdup_ps(p)));
+}
+
+// One chunk of 16 lanes of every (weight row, input row) pair.
+template <DType W, int WR, int XR>
+TP_AVX2 inline void fma16(__m256 (&lo)[WR][XR], __m256 (&hi)[WR][XR], const float* const* xr, const char* const* wr,
+                          int64_t k) {
+  __m256 xl[XR], xh[XR];
+  for (int j = 0; j < XR; ++j) xl[j] = _mm256_loadu_ps(xr[j] + k), xh[j] = _mm256_loadu_ps(xr[j] + k + 8);
+  for (int i = 0; i < WR; ++i) {
+    const __m256 wl = load_w8<W>(wr[i], k), wh = load_w8<W>(wr[i], k + 8);
+    for (int j = 0; j < XR; ++j) {
+      lo[i][j] = _mm256_fmadd_ps(wl, xl[j], lo[i][j]);
+      hi[i][j] = _mm256_fmadd_ps(wh, xh[j], hi[i][j]);
+    }
+  }
+}
+
+// WR weight rows x XR input rows. The tail's missing lanes are zeros in both operands: a lane
+// that started at +0 adds exact zeros, as the portable loop's untouched lanes do.
+template <DType W, int WR, int XR>
+TP_AVX2 void block256(const Operands& o, int64_t n0, int64_t m0) {
+  __m256 lo[WR][XR], hi[WR][XR];
+  for (int i = 0; i < WR; ++i)
+    for (int j = 0; j < XR; ++j) lo[i][j] = _mm256_setzero_ps(), hi[i][j] = _mm256_setzero_ps();
+  const int64_t es = dtype_nbytes(W, 1);
+  const char* wbase = static_cast<const char*>(o.w) + n0 * o.ldw * es;
+  const float* xb = o.x + m0 * o.ldx;
+  const float* xr[XR];
+  const char* wr[WR];
+  for (int j = 0; j < XR; ++j) xr[j] = xb + j * o.ldx;
+  for (int i = 0; i < WR; ++i) wr[i] = wbase + i * o.ldw * es;
+  int64_t k = 0;
+  for (; k + kLanes <= o.K; k += kLanes) fma16<W, WR, XR>(lo, hi, xr, wr, k);
+  if (k < o.K) {
+    const int64_t n = o.K - k;
+    alignas(32) float xt[XR][kLanes] = {};
+    alignas(32) char wt[WR][kLanes * 4] = {};
+    const float* xp[XR];
+    const char* wp[WR];
+    for (int j = 0; j < XR; ++j) std::memcpy(xt[j], xr[j] + k, size_t(n) * 4), xp[j] = xt[j];
+    for (int i = 0; i < WR; ++i) std::memcpy(wt[i], wr[i] + k * es, size_t(n * es)), wp[i] = wt[i];
+    fma16<W, WR, XR>(lo, hi, xp, wp, 0);
+  }
+  for (int i = 0; i < WR; ++i)
+    for (int j = 0; j < XR; ++j) {
+      const float b = o.bias ? o.bias[n0 + i] : 0.0f;
+      o.out[(m0 + j) * o.ldo + n0 + i] = reduce_halves(lo[i][j], hi[i][j]) + b;
+    }
+}
+
+template <DType W, int WR>
+TP_AVX2 void rows256(const Operands& o, int64_t n0) {
+  int64_t m0 = 0;
+  for (; m0 + kXRows2 <= o.M; m0 += kXRows2) block256<W, WR, kXRows2>(o, n0, m0);
+  if (m0 < o.M) block256<W, WR, 1>(o, n0, m0);
+}
+
+// Weight rows [n0, n1) of a tile against every input row.
+template <DType W>
+TP_AVX2 void tile256(const Operands& o, int64_t n0, int64_t n1) {
+  int64_t n = n0;
+  for (; n + kWRows2 <= n1; n += kWRows2) rows256<W, kWRows2>(o, n);
+  if (n < n1) rows256<W, 1>(o, n);
+}
+
+TP_AVX2 void run_avx2(const Operands& o) {
+  const int64_t tiles = (o.N + kWTile2 - 1) / kWTile2;
+  const bool quant = dtype_is_quantized(o.wt);
+#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
+  {
+    // Quantized weights: the tile's rows dequantized by dequantize_row (the portable loop's values).
+    std::vector<float> deq(quant ? size_t(kWTile2 * o.K) : 0);
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t n0 = t * kWTile2, n1 = std::min(o.N, n0 + kWTile2);
+      switch (o.wt) {
+        case DType::kF32: tile256<DType::kF32>(o, n0, n1); break;
+        case DType::kBF16: tile256<DType::kBF16>(o, n0, n1); break;
+        case DType::kF16: tile256<DType::kF16>(o, n0, n1); break;
+        default: {
+          for (int64_t n = n0; n < n1; ++n)
+            dequantize_row(deq.data() + (n - n0) * o.K, static_cast<const char*>(o.w) + n * o.ldw, o.wt, o.K);
+          Operands q = o;
+          q.w = deq.data(), q.ldw = o.K, q.wt = DType::kF32;
+          q.out = o.out + n0, q.bias = o.bias ? o.bias + n0 : nullptr;
+          tile256<DType::kF32>(q, 0, n1 - n0);
+        }
+      }
+    }
+  }
+}
+
+// With FMA on AVX2 machines (TP_VECTOR_CLONES: std::fma would otherwise be a libm call per
+// element); each machine runs one clone, so results stay batch-invariant on it.
+TP_VECTOR_CLONES void run_portable(const Operands& o) {
   const bool quant = dtype_is_quantized(o.wt);
   const int64_t row_bytes = quant ? o.ldw : o.ldw * dtype_nbytes(o.wt, 1);
 #pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
@@ -293,6 +406,8 @@ void rowwise_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight,
   if (o.M == 0 || o.N == 0) return;
   if (quant_detail::cpu_has_avx512())
     run_avx512(o);
+  else if (quant_detail::cpu_has_avx2())
+    run_avx2(o);
   else
     run_portable(o);
 }

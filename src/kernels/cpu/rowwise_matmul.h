@@ -16,8 +16,10 @@ namespace tensorpar {
 // dequantized 4 rows at a time into an L1 buffer: legacy blocks as q * d + m, K-quants as
 // (d * sc) * q - dmin * m; one or two rows of a legacy type dequantize in registers to the same
 // values); bias (N) f32 or null; out (M,N)
-// f32, any row stride. AVX-512 when the CPU has it, else a portable loop with the
-// same per-element arithmetic order (results may differ between the two ISAs, never within one).
+// f32, any row stride. AVX-512 when the CPU has it, else AVX2 (FMA, F16C: bitwise the portable
+// loop's results), else a portable loop, all with the same per-element arithmetic order (the
+// AVX-512 path's in-register dequantization may differ from the others in the last bits, never
+// within one machine).
 void rowwise_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias);
 
 // Forces the portable loop (tests compare both paths' invariance).
