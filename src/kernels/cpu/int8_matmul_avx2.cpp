@@ -210,6 +210,7 @@ TP_AVX2 inline void kquant_unpack(const char* blk, KBlock& k) {
     alignas(32) int32_t sc[8], mn[8];
     for (int j = 0; j < 8; ++j) kquant_scale_min(scales, j, sc[j], mn[j]);
     k.mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(mn));
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
     __m256i hv = _mm256_setzero_si256();
     if constexpr (T == DType::kQ5_K) hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
     for (int c = 0; c < 4; ++c) {  // 64 elements: the low nibbles of 32 bytes, then their high nibbles
@@ -222,8 +223,8 @@ TP_AVX2 inline void kquant_unpack(const char* blk, KBlock& k) {
         hi = _mm256_add_epi8(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bhi), bhi), sixteen));
       }
       k.codes[2 * c] = lo, k.codes[2 * c + 1] = hi;
-      k.scales[2 * c] = _mm256_set1_ps(float(sc[2 * c]));
-      k.scales[2 * c + 1] = _mm256_set1_ps(float(sc[2 * c + 1]));
+      k.scales[2 * c] = _mm256_permutevar8x32_ps(scf, _mm256_set1_epi32(2 * c));
+      k.scales[2 * c + 1] = _mm256_permutevar8x32_ps(scf, _mm256_set1_epi32(2 * c + 1));
     }
   } else {
     static_assert(T == DType::kQ6_K);
@@ -239,9 +240,14 @@ TP_AVX2 inline void kquant_unpack(const char* blk, KBlock& k) {
       k.codes[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), mask), q6_high(qh, 4));
       k.codes[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), mask), q6_high(qh, 6));
     }
-    for (int j = 0; j < 8; ++j) {  // 32 elements: sub-blocks 2j (lanes 0..3) and 2j+1 (lanes 4..7)
-      const float s0 = float(b->scales[2 * j]), s1 = float(b->scales[2 * j + 1]);
-      k.scales[j] = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+    // 32 elements: sub-blocks 2j (lanes 0..3) and 2j+1 (lanes 4..7), from the 16 scales widened once.
+    const __m128i s16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales));
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(s16));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(s16, 8)));
+    for (int j = 0; j < 8; ++j) {
+      const int s = 2 * (j % 4);
+      const __m256i idx = _mm256_setr_epi32(s, s, s, s, s + 1, s + 1, s + 1, s + 1);
+      k.scales[j] = _mm256_permutevar8x32_ps(j < 4 ? lo : hi, idx);
     }
   }
 }
