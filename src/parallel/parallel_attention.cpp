@@ -290,6 +290,12 @@ void ParallelAttention::backward_partial(MatmulEngine& eng, Tensor& d_x, const T
     kv_group->all_reduce(kv);
     copy_columns(dst + qc, W, kv.data<float>(), 2 * kc, N, 2 * kc);
     qkv_.backward_weight(eng, d_qkv, x);
+    // The copies' k and v weight gradients are products of the same numbers, but in matmuls as
+    // wide as each rank's own query heads, which may sum them in different orders: the first
+    // copy's gradient becomes every copy's, so the replicated head stays one head, bitwise.
+    const int64_t hidden = qkv_.d_weight().dim(1);
+    kv_group->broadcast(qkv_.d_weight().data<float>() + qc * hidden, 2 * kc * hidden, DType::kF32, 0);
+    if (shape_.qkv_bias) kv_group->broadcast(qkv_.d_bias().data<float>() + qc, 2 * kc, DType::kF32, 0);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <mutex>
 
 #include "parallel/parallel_attention.h"
@@ -101,6 +102,7 @@ TEST(ParallelAttention, ForwardAndBackwardMatchReferenceAtAnyTp) {
     SCOPED_TRACE("tp " + std::to_string(tp));
     std::mutex mu;
     std::vector<float> dwq(dwq_ref.size(), NAN), dwo(dwo_ref.size(), NAN);
+    std::map<int64_t, std::vector<float>> kv_grads;  // first kv head -> the first copy's gradients
     run_ranks(tp, [&](Communicator& world) {
       ParallelAttention a(s, &rope, tp, world.rank());
       const SliceLoader qkv[3] = {slice_of(full(w.wq, {NH * HS, C})), slice_of(full(w.wk, {NKV * HS, C})),
@@ -153,6 +155,18 @@ TEST(ParallelAttention, ForwardAndBackwardMatchReferenceAtAnyTp) {
       }
       EXPECT_LE(max_rel_diff(a.o().d_bias().to_vector(), dbo_ref, 0.1), 1e-4);
       std::lock_guard<std::mutex> lock(mu);
+      // The copies of a replicated kv head hold bitwise one gradient (else the copies' weights
+      // drift apart over training steps).
+      if (!h.kv.empty()) {
+        std::vector<float> kv = p.part_d_weight(kPartK).to_vector();
+        for (const std::vector<float>& part : {p.part_d_weight(kPartV).to_vector(), p.part_d_bias(kPartK).to_vector(),
+                                               p.part_d_bias(kPartV).to_vector()})
+          kv.insert(kv.end(), part.begin(), part.end());
+        const auto [it, first] = kv_grads.emplace(h.kv.begin, kv);
+        if (!first) {
+          EXPECT_TRUE(it->second == kv) << "kv head " << h.kv.begin << ", rank " << world.rank();
+        }
+      }
       const auto q = a.qkv().part_d_weight(kPartQ).to_vector();
       std::copy(q.begin(), q.end(), dwq.begin() + h.q.begin * HS * C);
       const Range orng = a.o().in_range();

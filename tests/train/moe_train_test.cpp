@@ -67,7 +67,8 @@ MoeRun train(int tp, int dp, int ep, const TokenCorpus& corpus, const TrainOptio
   });
   // Every EP group (and every DP replica in it) holds bitwise the same model.
   for (size_t g = 1; g < groups.size(); ++g)
-    for (const auto& [name, v] : groups[0]) EXPECT_EQ(groups[g].at(name), v) << name << " in EP group " << g;
+    for (const auto& [name, v] : groups[0])
+      EXPECT_EQ(groups[g].at(name), v) << name << " in EP group " << g << " (tp " << tp << " dp " << dp << " ep " << ep << ")";
   r.params = groups[0];
   return r;
 }
@@ -183,7 +184,11 @@ TEST(MoeTraining, SequenceParallelEqualsTensorParallel) {
     }
     ASSERT_TRUE(got.logs.back().val_loss && base.logs.back().val_loss);
     EXPECT_NEAR(*got.logs.back().val_loss, *base.logs.back().val_loss, 1e-5 * *base.logs.back().val_loss);
-    for (const auto& [name, v] : base.params) EXPECT_LE(max_abs_diff(got.params.at(name), v), 1e-5) << name;
+    // 3 Adam steps of lr 1e-2 move a weight by up to 3e-2, and Adam's first steps amplify the
+    // summation order (SP's reduce-scatter against TP's all-reduce) in tiny gradient components:
+    // < 1e-4, as in ExpertParallelOverDataParallelMatchesDataParallel (1.5e-5 measured: q_proj at
+    // tp 2 with the shared expert, on an AVX2 CPU).
+    for (const auto& [name, v] : base.params) EXPECT_LE(max_abs_diff(got.params.at(name), v), 1e-4) << name;
   }
 }
 
