@@ -292,16 +292,21 @@ struct NK {
   int64_t n, k;
 };
 
+// The instruction set rowwise_matmul_forward runs on this CPU.
+const char* rowwise_isa() {
+  return quant_detail::cpu_has_avx512() ? "AVX-512" : quant_detail::cpu_has_avx2() ? "AVX2" : "portable";
+}
+
 // --inference: the batch-invariant kernels inference multiplies bf16 weights with, side by side on
-// the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the AVX-512 row-wise
-// kernel (f32 activations), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16 activations)
+// the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the row-wise kernel
+// (AVX-512 or AVX2, f32 activations), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16 activations)
 // where the CPU has them. Weight GB/s (weight bytes / time: what decode is bound by) and GFLOP/s.
 void run_inference_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
   const bool amx = amx_bf16_usable(), dot = avx512_bf16_usable();
-  std::printf("inference bf16 weights, %d thread(s): rowwise (AVX-512, f32 activations), avx512bf16 (%s), amx (%s); "
+  std::printf("inference bf16 weights, %d thread(s): rowwise (%s, f32 activations), avx512bf16 (%s), amx (%s); "
               "GB/s of weights and GFLOP/s, medians of 7 samples\n",
-              current_num_threads(), dot ? "bf16 activations" : "not on this CPU",
+              current_num_threads(), rowwise_isa(), dot ? "bf16 activations" : "not on this CPU",
               amx ? "bf16 activations" : "not on this CPU");
   std::printf("%5s %6s %5s %14s %14s %14s\n", "M", "N", "K", "rowwise GB|GF", "bf16dot GB|GF", "amx GB|GF");
   std::vector<NK> shapes = {{3072, 2048}, {11264, 2048}, {2048, 5632}};
@@ -371,7 +376,7 @@ void run_quant_bench(const GemmBenchOptions& opt) {
     const std::vector<Int8Kernel> int8 = int8_matmul_kernels();
     std::printf("inference GGUF weights, %d thread(s): rowwise (%s, f32 activations) and int8 (%s); "
                 "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
-                current_num_threads(), quant_detail::cpu_has_avx512() ? "AVX-512" : quant_detail::cpu_has_avx2() ? "AVX2" : "portable",
+                current_num_threads(), rowwise_isa(),
                 int8.empty() ? "not on this CPU" : int8_kernel_name(int8.front()));
     std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
   }
