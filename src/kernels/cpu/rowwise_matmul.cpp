@@ -267,8 +267,8 @@ TP_AVX512 void run_avx512(const Operands& o) {
 
 #define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-constexpr int kWRows2 = 2;       // weight rows per register block (2 x 2 pairs x 2 halves: 8 accumulators)
-constexpr int kXRows2 = 2;       // input rows per register block
+constexpr int kWRows2 = 2;       // weight rows per register block (2 x 3 pairs x 2 halves: 12 accumulators)
+constexpr int kXRows2 = 3;       // input rows per register block
 constexpr int64_t kWTile2 = 32;  // weight rows every input row passes before the next ones (L2)
 
 template <DType W>
@@ -339,7 +339,9 @@ template <DType W, int WR>
 TP_AVX2 void rows256(const Operands& o, int64_t n0) {
   int64_t m0 = 0;
   for (; m0 + kXRows2 <= o.M; m0 += kXRows2) block256<W, WR, kXRows2>(o, n0, m0);
-  if (m0 < o.M) block256<W, WR, 1>(o, n0, m0);
+  static_assert(kXRows2 <= 3);
+  if (o.M - m0 == 2) block256<W, WR, 2>(o, n0, m0);
+  else if (o.M - m0 == 1) block256<W, WR, 1>(o, n0, m0);
 }
 
 // Weight rows [n0, n1) of a tile against every input row.
