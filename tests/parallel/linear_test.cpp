@@ -88,12 +88,15 @@ ColumnResult run_column(const Problem& p, int tp) {
     res.d_in[r] = dx.to_vector();
     res.d_w[r] = layer.d_weight().to_vector();
     res.d_b[r] = layer.d_bias().to_vector();
-    // A second backward writes the same d_in again and accumulates the weight gradient.
+    // A second backward writes the same d_in again and accumulates the weight gradient. oneDNN's
+    // AVX2 GEMM may split the same product differently from one call to the next (seen: 2 ulps),
+    // so within kTol of the magnitude: overwriting (1x) or accumulating twice (3x) is far outside.
     Tensor dx2 = nan_tensor({1, p.n, p.k});
     layer.backward(eng, dx2, dy_local, x, c);
-    EXPECT_EQ(dx2.to_vector(), res.d_in[r]);
-    const auto w2 = layer.d_weight().to_vector();
-    for (size_t i = 0; i < w2.size(); ++i) EXPECT_FLOAT_EQ(w2[i], 2 * res.d_w[r][i]);
+    EXPECT_LE(testing::max_rel_diff(dx2.to_vector(), res.d_in[r], 0.1), kTol);
+    std::vector<float> twice = res.d_w[r];
+    for (float& v : twice) v *= 2;
+    EXPECT_LE(testing::max_rel_diff(layer.d_weight().to_vector(), twice, 0.1), kTol);
   });
   return res;
 }
