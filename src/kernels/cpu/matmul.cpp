@@ -206,17 +206,11 @@ bool onednn_has_bf16_matmul() {
 
 namespace {
 
+Tensor converted(MatmulEngine& eng, const Tensor& t, DType dtype, int slot);  // below
+
 // A bf16 operand widened to f32 (exact), in the engine's scratch `slot` when 2-D.
 Tensor widened(MatmulEngine& eng, const Tensor& t, int slot) {
-  if (t.ndim() != 2) return t.to(DType::kF32);
-  const int64_t rows = t.dim(0), cols = t.dim(1), rs = t.strides()[0], cs = t.strides()[1];
-  Tensor out = Tensor::borrow(eng.scratch(slot, dtype_nbytes(DType::kF32, t.numel())), {rows, cols}, DType::kF32);
-  const bf16* src = t.data<bf16>();
-  float* dst = out.data<float>();
-#pragma omp parallel for schedule(static) if (rows * cols > (int64_t(1) << 15))
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = bf16_to_f32(src[i * rs + j * cs]);
-  return out;
+  return t.ndim() == 2 ? converted(eng, t, DType::kF32, slot) : t.to(DType::kF32);
 }
 
 }  // namespace
