@@ -123,7 +123,7 @@ TEST(RowwiseMatmul, Avx2PathIsBitwiseThePortableLoop) {
   std::vector<DType> types = {DType::kF32, DType::kBF16, DType::kF16};
   types.insert(types.end(), std::begin(testing::kAllQuantTypes), std::end(testing::kAllQuantTypes));
   for (const DType wt : types)
-    for (const int64_t M : {1, 2, 3, 7}) {
+    for (const int64_t M : {1, 2, 3, 7, 8}) {
       const bool quant = dtype_is_quantized(wt);
       for (const int64_t K : quant ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1, 15, 16, 17, 200}) {
         SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) + " K=" + std::to_string(K));

@@ -335,21 +335,24 @@ TP_AVX2 void block256(const Operands& o, int64_t n0, int64_t m0) {
     }
 }
 
-template <DType W, int WR>
-TP_AVX2 void rows256(const Operands& o, int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + kXRows2 <= o.M; m0 += kXRows2) block256<W, WR, kXRows2>(o, n0, m0);
-  static_assert(kXRows2 <= 3);
-  if (o.M - m0 == 2) block256<W, WR, 2>(o, n0, m0);
-  else if (o.M - m0 == 1) block256<W, WR, 1>(o, n0, m0);
+// Weight rows [n0, n1) of a tile against XR input rows from m0.
+template <DType W, int XR>
+TP_AVX2 void tile_rows256(const Operands& o, int64_t n0, int64_t n1, int64_t m0) {
+  int64_t n = n0;
+  for (; n + kWRows2 <= n1; n += kWRows2) block256<W, kWRows2, XR>(o, n, m0);
+  if (n < n1) block256<W, 1, XR>(o, n, m0);
 }
 
-// Weight rows [n0, n1) of a tile against every input row.
+// Weight rows [n0, n1) of a tile against every input row: each group of kXRows2 input rows
+// (in L1) passes the whole tile (in L2) before the next group, so the inputs are read from
+// memory once per tile, not once per pair of weight rows.
 template <DType W>
 TP_AVX2 void tile256(const Operands& o, int64_t n0, int64_t n1) {
-  int64_t n = n0;
-  for (; n + kWRows2 <= n1; n += kWRows2) rows256<W, kWRows2>(o, n);
-  if (n < n1) rows256<W, 1>(o, n);
+  static_assert(kXRows2 == 3);
+  int64_t m0 = 0;
+  for (; m0 + kXRows2 <= o.M; m0 += kXRows2) tile_rows256<W, kXRows2>(o, n0, n1, m0);
+  if (o.M - m0 == 2) tile_rows256<W, 2>(o, n0, n1, m0);
+  else if (o.M - m0 == 1) tile_rows256<W, 1>(o, n0, n1, m0);
 }
 
 TP_AVX2 void run_avx2(const Operands& o) {
