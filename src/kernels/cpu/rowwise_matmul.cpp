@@ -336,11 +336,13 @@ TP_AVX2 void block256(const Operands& o, int64_t n0, int64_t m0) {
 }
 
 // Weight rows [n0, n1) of a tile against XR input rows from m0.
+// One input row (decode) takes 4 weight rows at a time: 8 accumulators hide the fma latency.
 template <DType W, int XR>
 TP_AVX2 void tile_rows256(const Operands& o, int64_t n0, int64_t n1, int64_t m0) {
+  constexpr int kRows = XR == 1 ? 4 : kWRows2;
   int64_t n = n0;
-  for (; n + kWRows2 <= n1; n += kWRows2) block256<W, kWRows2, XR>(o, n, m0);
-  if (n < n1) block256<W, 1, XR>(o, n, m0);
+  for (; n + kRows <= n1; n += kRows) block256<W, kRows, XR>(o, n, m0);
+  for (; n < n1; ++n) block256<W, 1, XR>(o, n, m0);
 }
 
 // Weight rows [n0, n1) of a tile against every input row: each group of kXRows2 input rows
