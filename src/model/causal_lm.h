@@ -140,6 +140,10 @@ struct TrainCompute {
   // the all-reduce (see SequenceParallelScratch). Same losses and gradients up to the order of
   // a few sums; less activation memory per rank. Dense layers only.
   bool sequence_parallel = false;
+  // With tp > 1: each layer's backward all-reduces the input gradient of attention and of a
+  // dense MLP on a thread of its own (comm/comm_thread.h) while the q/k/v and gate/up weight
+  // gradients are computed, instead of before them. The same sums: identical results.
+  bool overlap_tp_backward = true;
 };
 
 class CausalLM {
@@ -179,6 +183,8 @@ class CausalLM {
   virtual float forward_backward(const Tensor& tokens, const Tensor& targets, float loss_scale) = 0;
   // Mean loss without gradients (evaluation).
   virtual float forward_loss(const Tensor& tokens, const Tensor& targets) = 0;
+  // Collective over the TP group (every rank calls it, with the same settings): the first call
+  // with overlap_tp_backward and tp > 1 starts the CommThread that the overlap uses.
   virtual void set_train_compute(const TrainCompute& compute) = 0;
   // Training: backward calls hook(part) each time the gradients of a part (ParamShard::grad_part)
   // have received this micro-batch's contribution (kEndGrads last), so that a trainer can

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/rope.h"
 #include "model/causal_lm.h"
@@ -175,6 +176,7 @@ class Transformer final : public CausalLM {
   ExpertSplit expert_split_;
   std::vector<std::vector<double>> expert_load_;
   std::unique_ptr<Communicator> kv_group_;  // ranks sharing a replicated kv head (tp > NKV)
+  std::unique_ptr<CommThread> tp_async_;    // training with overlap_tp_backward, tp > 1
   MatmulEngine eng_;
   DType kv_dtype_ = DType::kF32;  // of the pools make_kv_pool makes
   std::unique_ptr<RopeTable> rope_;

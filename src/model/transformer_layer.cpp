@@ -194,7 +194,7 @@ void TransformerLayer::attention_forward(const LayerContext& ctx, Tensor& out, c
 void TransformerLayer::attention_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                           const AttentionRows& rows, const LayerActs& a) {
   if (!ctx.sequence_parallel) {
-    attn_.backward(ctx.eng, d_h, d_out, h, rows, a.attn, ctx.tp, ctx.kv_group);
+    attn_.backward(ctx.eng, d_h, d_out, h, rows, a.attn, ctx.tp, ctx.kv_group, ctx.tp_async);
     return;
   }
   sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
@@ -231,7 +231,7 @@ void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const 
                              ctx.ep_dispatch);
     });
   } else if (!ctx.sequence_parallel) {
-    mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp);
+    mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp, ctx.tp_async);
   } else {
     sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
       mlp_->backward_partial(ctx.eng, d_full, d_out_full, full, a.mlp);

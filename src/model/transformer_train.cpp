@@ -22,6 +22,7 @@ void Transformer::set_train_compute(const TrainCompute& compute) {
            "[Transformer::set_train_compute] matmul dtype: got ", dtype_name(compute.matmul_dtype),
            ", expected f32 or bf16");
   compute_ = compute;
+  if (compute.overlap_tp_backward && tp_.size() > 1 && !tp_async_) tp_async_ = std::make_unique<CommThread>(tp_);
   train_->invalidate();
   stage_micro_.clear();
 }
@@ -218,6 +219,7 @@ void Transformer::span_backward(TrainState& s, const Tensor* d_out, float loss_s
   TrainScratch& ts = *scratch_;
   ts.sp.rows = N;
   if (sp) ctx.sequence_parallel = &ts.sp;
+  if (compute_.overlap_tp_backward) ctx.tp_async = tp_async_.get();
   const TrainComputeScope scope(eng_, compute_.matmul_dtype);
   auto recomputes = [&](int64_t l) { return span_.first + l < compute_.recompute_layers; };
   Tensor& d_h = s.d_h;

@@ -297,14 +297,25 @@ void ColumnParallelLinear::backward_weight(MatmulEngine& eng, const Tensor& d_ou
 }
 
 void ColumnParallelLinear::backward(MatmulEngine& eng, Tensor& d_in, const Tensor& d_out,
-                                    const Tensor& in, Communicator& tp) {
+                                    const Tensor& in, Communicator& tp, CommThread* async) {
   check_group(tp, "ColumnParallelLinear::backward");
   TP_CHECK(d_in.shape() == in.shape() && d_in.dtype() == DType::kF32 && d_in.is_contiguous(),
            "[ColumnParallelLinear::backward] d_in: got ", d_in.describe(), ", expected f32",
            shape_str(in.shape()), " like in");
   if (d_in.numel() > 0) d_in.fill_zero();
-  backward_partial(eng, &d_in, d_out, in);
-  copy_to_tp_region_backward(d_in, tp);
+  if (async == nullptr || tp.size() == 1) {
+    backward_partial(eng, &d_in, d_out, in);
+    copy_to_tp_region_backward(d_in, tp);
+    return;
+  }
+  TP_CHECK(async->size() == tp.size() && async->rank() == tp.rank(), "[ColumnParallelLinear::backward] async: a ",
+           async->size(), "-rank CommThread (rank ", async->rank(), ") for the ", tp.size(), "-rank ", tp.name(),
+           " group (rank ", tp.rank(), ")");
+  backward_input(eng, d_in, d_out, in);
+  CopyToTpRegionBackwardAsync reduce(d_in, *async);
+  reduce.start();
+  backward_weight(eng, d_out, in);
+  reduce.finish();
 }
 
 }  // namespace tensorpar

@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
@@ -85,8 +86,9 @@ class ColumnParallelLinear {
 
   // d_in (N, in) = all-reduce over tp of d_out (N, out_local) x W_local (written, not
   // accumulated: it is the f backward); d_weight += d_out^T x in; d_bias += sums of d_out.
+  // With `async` (a CommThread over tp) the all-reduce runs while d_weight is computed.
   void backward(MatmulEngine& eng, Tensor& d_in, const Tensor& d_out, const Tensor& in,
-                Communicator& tp);
+                Communicator& tp, CommThread* async = nullptr);
   // The same without the all-reduce: d_in (may be null) += this rank's Partial d_out x W_local.
   // For several column layers on one input: accumulate, then one copy_to_tp_region_backward.
   void backward_partial(MatmulEngine& eng, Tensor* d_in, const Tensor& d_out, const Tensor& in);

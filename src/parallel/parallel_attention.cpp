@@ -200,14 +200,23 @@ void ParallelAttention::forward_partial(MatmulEngine& eng, Tensor& out, const Te
 
 void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                  const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
-                                 Communicator* kv_group) {
-  backward_partial(eng, d_x, d_out, x, rows, acts, tp, kv_group);
-  copy_to_tp_region_backward(d_x, tp);
+                                 Communicator* kv_group, CommThread* async) {
+  if (async == nullptr || tp.size() == 1) {
+    backward_partial(eng, d_x, d_out, x, rows, acts, tp, kv_group);
+    copy_to_tp_region_backward(d_x, tp);
+    return;
+  }
+  TP_CHECK(async->size() == tp.size() && async->rank() == tp.rank(), "[ParallelAttention::backward] async: a ",
+           async->size(), "-rank CommThread (rank ", async->rank(), ") for the ", tp.size(), "-rank ", tp.name(),
+           " group (rank ", tp.rank(), ")");
+  CopyToTpRegionBackwardAsync reduce(d_x, *async);
+  backward_partial(eng, d_x, d_out, x, rows, acts, tp, kv_group, [&reduce] { reduce.start(); });
+  reduce.finish();
 }
 
 void ParallelAttention::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                          const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
-                                         Communicator* kv_group) {
+                                         Communicator* kv_group, const std::function<void()>& input_done) {
   const int64_t N = x.dim(0), HS = shape_.head_dim, NHl = q_local(), NKVl = kv_local(), C = shape_.hidden;
   const int64_t qc = NHl * HS, kc = NKVl * HS, W = qkv_.out_local();
   TP_CHECK(!rows.paged() && rows.B * rows.T == N, "[ParallelAttention::backward] needs the dense rows of a training "
@@ -277,13 +286,18 @@ void ParallelAttention::backward_partial(MatmulEngine& eng, Tensor& d_x, const T
     }
   }
   d_x.fill_zero();
+  if (input_done) {  // d_x first, then the weight gradient
+    qkv_.backward_input(eng, d_x, d_qkv, x);
+    input_done();
+  }
   if (copies == 1 || NHl == 0) {
-    qkv_.backward_partial(eng, &d_x, d_qkv, x);
+    if (input_done) qkv_.backward_weight(eng, d_qkv, x);
+    else qkv_.backward_partial(eng, &d_x, d_qkv, x);
   } else {
     // This rank's query heads give only part of a replicated kv head's gradient: the input
     // gradient takes this rank's part (summed over tp below), the weight gradient the sum over
     // the copies (x is Replicated, so summing d_k and d_v first is the same).
-    qkv_.backward_input(eng, d_x, d_qkv, x);
+    if (!input_done) qkv_.backward_input(eng, d_x, d_qkv, x);
     Tensor kv = Tensor::empty({N, 2 * kc}, DType::kF32);
     float* dst = d_qkv.data<float>();
     copy_columns(kv.data<float>(), 2 * kc, dst + qc, W, N, 2 * kc);

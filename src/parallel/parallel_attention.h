@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
@@ -106,13 +108,15 @@ class ParallelAttention {
   // Training (dense rows) only: d_x (N, C) is written, the all-reduced input gradient; weight
   // grads accumulate. When kv heads are replicated (tp > NKV), kv_group (the ranks sharing this
   // rank's kv head) sums their k/v gradients so every copy holds the full gradient; else null.
+  // With `async` (a CommThread over tp) the all-reduce of d_x overlaps the q/k/v weight gradient.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const AttentionRows& rows,
-                const AttentionActs& acts, Communicator& tp, Communicator* kv_group);
+                const AttentionActs& acts, Communicator& tp, Communicator* kv_group, CommThread* async = nullptr);
   // The same with d_x left Partial over tp (written, not accumulated): sequence parallel
-  // reduce-scatters it. tp still sums the q/k norm weights' gradients.
+  // reduce-scatters it. tp still sums the q/k norm weights' gradients. `input_done`, when given,
+  // is called once d_x is complete, before the q/k/v weight gradient.
   void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                         const AttentionRows& rows, const AttentionActs& acts, Communicator& tp,
-                        Communicator* kv_group);
+                        Communicator* kv_group, const std::function<void()>& input_done = {});
 
  private:
   // q (N, n_heads HS) at stride `stride` -> out (N, n_heads, HS) normalised per head (rstd (N,

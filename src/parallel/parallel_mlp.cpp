@@ -88,8 +88,8 @@ Tensor ParallelMlp::d_pre(MatmulEngine& eng, const Tensor& d_out, const Tensor& 
 }
 
 void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
-                           Communicator& tp) {
-  in_.backward(eng, d_x, d_pre(eng, d_out, x, acts), x, tp);
+                           Communicator& tp, CommThread* async) {
+  in_.backward(eng, d_x, d_pre(eng, d_out, x, acts), x, tp, async);
 }
 
 void ParallelMlp::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,

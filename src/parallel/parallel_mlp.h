@@ -46,9 +46,10 @@ class ParallelMlp {
 
   // out (N, C) Replicated = MLP(x (N, C)); acts hold the intermediates (grown here as needed).
   void forward(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts, Communicator& tp) const;
-  // d_x (N, C) written (all-reduced); weight grads accumulate.
+  // d_x (N, C) written (all-reduced); weight grads accumulate. With `async` (a CommThread over
+  // tp) the all-reduce overlaps the first layer's weight gradient.
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
-                Communicator& tp);
+                Communicator& tp, CommThread* async = nullptr);
   // The same two without communication, for blocks that sum several MLPs with one all-reduce
   // (the experts of an MoE layer): out (N, C) = this rank's Partial output (no bias: a biased
   // MLP adds it after the reduction); d_x (N, C) += this rank's Partial input gradient.

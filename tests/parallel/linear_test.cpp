@@ -124,6 +124,47 @@ TEST(ColumnParallelLinear, MatchesReferenceAndTp1) {
   }
 }
 
+// backward with a CommThread over the group: the input gradient's all-reduce runs on it while
+// the weight gradient is computed. The same results as in line and as the reference (within
+// kTol: oneDNN's AVX2 GEMM may split one product differently from call to call), at tp 2-4 (an
+// empty shard at tp 4 with 3 outputs); a CommThread of another group is refused.
+TEST(ColumnParallelLinear, OverlappedBackwardMatchesInLine) {
+  TP_SEED_TRACE();
+  for (const auto& [k, m] : {std::pair<int64_t, int64_t>{7, 11}, {5, 3}}) {
+    const Problem p(5, k, m, uint64_t(k * 100 + m + 1));
+    for (int tp = 2; tp <= 4; ++tp) {
+      SCOPED_TRACE(::testing::Message() << "K " << k << " M " << m << " tp " << tp);
+      run_ranks(tp, [&](Communicator& c) {
+        MatmulEngine eng;
+        CommThread async(c);
+        ColumnParallelLinear in_line(p.k, p.m, true, c.size(), c.rank()), overlapped(p.k, p.m, true, c.size(), c.rank());
+        for (ColumnParallelLinear* l : {&in_line, &overlapped})
+          l->load(slice_of(tensor_of({p.m, p.k}, p.w)), slice_of(tensor_of({p.m}, p.b)));
+        const Range mine = in_line.part_range(0);
+        const Tensor x = tensor_of({p.n, p.k}, p.x);
+        const Tensor dy = tensor_of({p.n, mine.size()}, columns(p.dy, p.n, p.m, mine));
+        Tensor dx_a = nan_tensor({p.n, p.k}), dx_b = nan_tensor({p.n, p.k});
+        in_line.backward(eng, dx_a, dy, x, c);
+        overlapped.backward(eng, dx_b, dy, x, c, &async);
+        EXPECT_CLOSE(dx_b.to_vector(), p.dx, kTol);
+        EXPECT_LE(testing::max_rel_diff(dx_b.to_vector(), dx_a.to_vector(), 0.1), kTol);
+        EXPECT_CLOSE(overlapped.d_weight().to_vector(), rows_of(p.dw, p.k, mine), kTol);
+        EXPECT_LE(testing::max_rel_diff(overlapped.d_weight().to_vector(), in_line.d_weight().to_vector(), 0.1), kTol);
+        EXPECT_EQ(overlapped.d_bias().to_vector(), in_line.d_bias().to_vector());
+        // A CommThread over a one-rank group does not reduce over this one.
+        auto solo = c.split(c.rank(), 0);
+        CommThread other(*solo);
+        try {
+          overlapped.backward(eng, dx_b, dy, x, c, &other);
+          ADD_FAILURE() << "a CommThread of another group was taken";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("CommThread"), std::string::npos) << e.what();
+        }
+      });
+    }
+  }
+}
+
 // Two weights fused into one column layer (the q/k/v and gate/up pattern): part A tiles its
 // rows over the ranks, part B's rows are replicated on pairs of ranks (kv heads when tp >
 // n_kv_heads). Output columns, input gradient and each part's weight gradient against the
