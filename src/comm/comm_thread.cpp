@@ -79,4 +79,24 @@ void CommThread::run() {
   }
 }
 
+void QueuedOp::start() {
+  TP_CHECK(!started(), "[QueuedOp::start] started twice");
+  ticket_ = thread_.submit(op_);
+}
+
+void QueuedOp::finish() {
+  const int64_t t = ticket_;
+  ticket_ = 0;
+  done_ = true;
+  if (t != 0) thread_.wait(t);
+}
+
+QueuedOp::~QueuedOp() {
+  if (ticket_ == 0) return;
+  try {
+    thread_.wait(ticket_);
+  } catch (...) {  // unwinding already: the first error is the one that propagates
+  }
+}
+
 }  // namespace tensorpar

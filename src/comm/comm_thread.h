@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "comm/communicator.h"
 
@@ -65,6 +66,27 @@ class CommThread {
   std::exception_ptr failure_;             // the first operation's failure
   bool stop_ = false;
   std::thread thread_;  // last: started when everything above exists
+};
+
+// One operation queued on a CommThread by start() and waited for by finish(), which rethrows its
+// failure; the owner computes in between. If the owner unwinds before finish(), the destructor
+// still waits (the failure already propagating wins), so whatever the operation touches
+// outlives it.
+class QueuedOp {
+ public:
+  QueuedOp(CommThread& thread, CommThread::Op op) : thread_(thread), op_(std::move(op)) {}
+  ~QueuedOp();
+  QueuedOp(const QueuedOp&) = delete;
+  QueuedOp& operator=(const QueuedOp&) = delete;
+  void start();
+  void finish();
+  bool started() const { return ticket_ != 0 || done_; }
+
+ private:
+  CommThread& thread_;
+  CommThread::Op op_;
+  int64_t ticket_ = 0;  // 0: not queued, or waited for
+  bool done_ = false;
 };
 
 }  // namespace tensorpar

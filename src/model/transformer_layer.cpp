@@ -1,6 +1,8 @@
 // TransformerLayer (see transformer_layer.h).
 #include "model/transformer_layer.h"
 
+#include <functional>
+
 #include "core/error.h"
 #include "parallel/mappings.h"
 
@@ -52,8 +54,9 @@ void sequence_parallel_forward(const LayerContext& ctx, Tensor& out, const Tenso
 }
 
 // Its backward: h is gathered again (only this rank's rows were kept) and so is d_out;
-// `region(d_full, d_out_full, full)` adds the region's input gradient, Partial over TP, to the
-// zeroed d_full, which is reduce-scattered into d_h.
+// `region(d_full, d_out_full, full, input_done)` adds the region's input gradient, Partial over
+// TP, to the zeroed d_full, which is reduce-scattered into d_h. A region that calls input_done
+// (may be empty) once d_full is complete has the reduce-scatter run on ctx.tp_async meanwhile.
 template <typename Region>
 void sequence_parallel_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                 Region&& region) {
@@ -64,8 +67,16 @@ void sequence_parallel_backward(const LayerContext& ctx, Tensor& d_h, const Tens
   gather_from_sequence_parallel_region_forward(full, h, ctx.tp);
   reduce_scatter_to_sequence_parallel_region_backward(full_grad, d_out, ctx.tp);
   partial.fill_zero();
-  region(partial, full_grad, full);
-  gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+  if (ctx.tp_async == nullptr || ctx.tp.size() == 1) {
+    region(partial, full_grad, full, std::function<void()>{});
+    gather_from_sequence_parallel_region_backward(d_h, partial, ctx.tp);
+    return;
+  }
+  QueuedOp scatter(*ctx.tp_async,
+                   [&d_h, &partial](Communicator& c) { gather_from_sequence_parallel_region_backward(d_h, partial, c); });
+  region(partial, full_grad, full, std::function<void()>([&scatter] { scatter.start(); }));
+  if (!scatter.started()) scatter.start();  // a region without the hook: in line after it
+  scatter.finish();
 }
 
 }  // namespace
@@ -197,9 +208,12 @@ void TransformerLayer::attention_backward(const LayerContext& ctx, Tensor& d_h, 
     attn_.backward(ctx.eng, d_h, d_out, h, rows, a.attn, ctx.tp, ctx.kv_group, ctx.tp_async);
     return;
   }
-  sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
-    attn_.backward_partial(ctx.eng, d_full, d_out_full, full, rows, a.attn, ctx.tp, ctx.kv_group);
-  });
+  sequence_parallel_backward(ctx, d_h, d_out, h,
+                             [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full,
+                                 const std::function<void()>& input_done) {
+                               attn_.backward_partial(ctx.eng, d_full, d_out_full, full, rows, a.attn, ctx.tp,
+                                                      ctx.kv_group, input_done);
+                             });
 }
 
 void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const Tensor& h, LayerActs& a) const {
@@ -226,16 +240,20 @@ void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const 
   if (moe_ && !ctx.sequence_parallel) {
     moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
   } else if (moe_) {
-    sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
+    sequence_parallel_backward(ctx, d_h, d_out, h,
+                               [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full,
+                                   const std::function<void()>& /*input_done: not split*/) {
       moe_->backward_partial(ctx.eng, d_full, d_out_full, full, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp,
                              ctx.ep_dispatch);
     });
   } else if (!ctx.sequence_parallel) {
     mlp_->backward(ctx.eng, d_h, d_out, h, a.mlp, ctx.tp, ctx.tp_async);
   } else {
-    sequence_parallel_backward(ctx, d_h, d_out, h, [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full) {
-      mlp_->backward_partial(ctx.eng, d_full, d_out_full, full, a.mlp);
-    });
+    sequence_parallel_backward(ctx, d_h, d_out, h,
+                               [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full,
+                                   const std::function<void()>& input_done) {
+                                 mlp_->backward_partial(ctx.eng, d_full, d_out_full, full, a.mlp, input_done);
+                               });
   }
 }
 

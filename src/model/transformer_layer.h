@@ -53,9 +53,9 @@ struct LayerContext {
   float moe_z_dlse = 0;  // the router z-loss's d loss / d lse per unit of lse (ParallelMoe::backward)
   double moe_capacity_factor = 0;  // ParallelMoe::forward's (training; 0: dropless)
   SequenceParallelScratch* sequence_parallel = nullptr;  // non-null: sequence parallel (dense layers)
-  // Non-null (a CommThread over tp): backward all-reduces the attention's and a dense MLP's input
-  // gradient while their first linear layer's weight gradient is computed (not under sequence
-  // parallelism, whose reduce-scatter stays in line).
+  // Non-null (a CommThread over tp): backward all-reduces (under sequence parallelism:
+  // reduce-scatters) the attention's and a dense MLP's input gradient while their first linear
+  // layer's weight gradient is computed. MoE layers keep it in line.
   CommThread* tp_async = nullptr;
 };
 

@@ -312,7 +312,7 @@ void ColumnParallelLinear::backward(MatmulEngine& eng, Tensor& d_in, const Tenso
            async->size(), "-rank CommThread (rank ", async->rank(), ") for the ", tp.size(), "-rank ", tp.name(),
            " group (rank ", tp.rank(), ")");
   backward_input(eng, d_in, d_out, in);
-  CopyToTpRegionBackwardAsync reduce(d_in, *async);
+  QueuedOp reduce(*async, [&d_in](Communicator& c) { copy_to_tp_region_backward(d_in, c); });
   reduce.start();
   backward_weight(eng, d_out, in);
   reduce.finish();

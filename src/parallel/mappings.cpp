@@ -41,26 +41,6 @@ void copy_to_tp_region_backward(Tensor& d_x, Communicator& tp) {
   tp.all_reduce(d_x, ReduceOp::kSum);
 }
 
-void CopyToTpRegionBackwardAsync::start() {
-  TP_CHECK(ticket_ == 0, "[CopyToTpRegionBackwardAsync::start] started twice");
-  Tensor* d_x = &d_x_;
-  ticket_ = async_.submit([d_x](Communicator& c) { copy_to_tp_region_backward(*d_x, c); });
-}
-
-void CopyToTpRegionBackwardAsync::finish() {
-  const int64_t t = ticket_;
-  ticket_ = 0;
-  if (t != 0) async_.wait(t);
-}
-
-CopyToTpRegionBackwardAsync::~CopyToTpRegionBackwardAsync() {
-  if (ticket_ == 0) return;
-  try {
-    async_.wait(ticket_);
-  } catch (...) {  // unwinding already: the first error is the one that propagates
-  }
-}
-
 void reduce_from_tp_region_forward(Tensor& x, Communicator& tp) {
   if (tp.size() == 1) return;
   check_f32(x, "reduce_from_tp_region_forward", "x", tp);

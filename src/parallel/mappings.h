@@ -5,9 +5,6 @@
 // at once (or just copies) when the group has one rank. Uneven shards follow partition_even.
 #pragma once
 
-#include <cstdint>
-
-#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "parallel/partition.h"
@@ -18,27 +15,6 @@ namespace tensorpar {
 // column-parallel layer: its input is Replicated, its input gradient Partial.
 inline void copy_to_tp_region_forward(Tensor& /*x*/, Communicator& /*tp*/) {}
 void copy_to_tp_region_backward(Tensor& d_x, Communicator& tp);
-
-// f's backward in the background, so that the all-reduce of a column-parallel layer's input
-// gradient overlaps the GEMMs of its weight gradient (Megatron's overlap of the input-gradient
-// all-reduce with the weight-gradient computation): start() queues it on `async` (a CommThread
-// over the TP group) once d_x is complete, finish() waits and rethrows its failure. The caller
-// must leave d_x alone in between; a caller unwinding before finish() still waits (the
-// destructor), so d_x outlives the operation. Same sum, same bits as copy_to_tp_region_backward.
-class CopyToTpRegionBackwardAsync {
- public:
-  CopyToTpRegionBackwardAsync(Tensor& d_x, CommThread& async) : d_x_(d_x), async_(async) {}
-  ~CopyToTpRegionBackwardAsync();
-  CopyToTpRegionBackwardAsync(const CopyToTpRegionBackwardAsync&) = delete;
-  CopyToTpRegionBackwardAsync& operator=(const CopyToTpRegionBackwardAsync&) = delete;
-  void start();
-  void finish();
-
- private:
-  Tensor& d_x_;
-  CommThread& async_;
-  int64_t ticket_ = 0;  // 0: not started or finished
-};
 
 // g: all-reduce (sum) forward, in place / identity backward. Placed after a row-parallel layer.
 void reduce_from_tp_region_forward(Tensor& x, Communicator& tp);

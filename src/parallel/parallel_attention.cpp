@@ -209,7 +209,7 @@ void ParallelAttention::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d
   TP_CHECK(async->size() == tp.size() && async->rank() == tp.rank(), "[ParallelAttention::backward] async: a ",
            async->size(), "-rank CommThread (rank ", async->rank(), ") for the ", tp.size(), "-rank ", tp.name(),
            " group (rank ", tp.rank(), ")");
-  CopyToTpRegionBackwardAsync reduce(d_x, *async);
+  QueuedOp reduce(*async, [&d_x](Communicator& c) { copy_to_tp_region_backward(d_x, c); });
   backward_partial(eng, d_x, d_out, x, rows, acts, tp, kv_group, [&reduce] { reduce.start(); });
   reduce.finish();
 }

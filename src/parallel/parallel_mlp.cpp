@@ -93,8 +93,15 @@ void ParallelMlp::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, 
 }
 
 void ParallelMlp::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
-                                   const MlpActs& acts) {
-  in_.backward_partial(eng, &d_x, d_pre(eng, d_out, x, acts), x);
+                                   const MlpActs& acts, const std::function<void()>& input_done) {
+  const Tensor d = d_pre(eng, d_out, x, acts);
+  if (!input_done) {
+    in_.backward_partial(eng, &d_x, d, x);
+    return;
+  }
+  in_.backward_input(eng, d_x, d, x);
+  input_done();
+  in_.backward_weight(eng, d, x);
 }
 
 }  // namespace tensorpar

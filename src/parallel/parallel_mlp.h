@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
@@ -54,7 +56,10 @@ class ParallelMlp {
   // (the experts of an MoE layer): out (N, C) = this rank's Partial output (no bias: a biased
   // MLP adds it after the reduction); d_x (N, C) += this rank's Partial input gradient.
   void forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& x, MlpActs& acts) const;
-  void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts);
+  // `input_done`, when given, is called once d_x has this MLP's part, before the first layer's
+  // weight gradient.
+  void backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MlpActs& acts,
+                        const std::function<void()>& input_done = {});
 
  private:
   // acts.h (N, F_local) = the activation of in(x); returns it.

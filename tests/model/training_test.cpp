@@ -153,18 +153,22 @@ TEST_P(Gradients, RecomputationGivesIdenticalGradients) {
 // default) sums the same partials as the in-line one: losses and gradients bitwise those of a
 // run without it, at tp 2 and 3 (llama_gqa's kv heads are replicated at tp 3, so its kv_group
 // sums run on the rank's thread while the all-reduce runs on the CommThread), also when every
-// layer is recomputed.
+// layer is recomputed, and under sequence parallelism (the reduce-scatter overlapped instead).
 TEST_P(Gradients, OverlappedTpBackwardGivesIdenticalGradients) {
   const std::string dir = model_fixture(GetParam());
   const Tensor tokens = ids_tensor(read_id_lines(dir + "/train_inputs.txt"));
   const Tensor targets = ids_tensor(read_id_lines(dir + "/train_targets.txt"));
   const int64_t L = read_model_config(dir).n_layers;
   for (int tp : {2, 3})
-    for (int64_t recompute : {int64_t(0), L}) {
-      SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp) + " recompute " + std::to_string(recompute));
-      const GradRun inline_reduce =
-          grads_with(dir, tp, {.recompute_layers = recompute, .overlap_tp_backward = false}, tokens, targets);
-      const GradRun overlapped = grads_with(dir, tp, {.recompute_layers = recompute}, tokens, targets);
+    for (int64_t recompute : {int64_t(0), L})
+    for (bool sp : {false, true}) {
+      SCOPED_TRACE(GetParam() + " tp " + std::to_string(tp) + " recompute " + std::to_string(recompute) +
+                   (sp ? " sequence-parallel" : ""));
+      const GradRun inline_reduce = grads_with(
+          dir, tp, {.recompute_layers = recompute, .sequence_parallel = sp, .overlap_tp_backward = false}, tokens,
+          targets);
+      const GradRun overlapped =
+          grads_with(dir, tp, {.recompute_layers = recompute, .sequence_parallel = sp}, tokens, targets);
       EXPECT_EQ(overlapped.losses, inline_reduce.losses);
       ASSERT_EQ(overlapped.grads.size(), inline_reduce.grads.size());
       for (const auto& [name, g] : inline_reduce.grads) EXPECT_EQ(overlapped.grads.at(name), g) << name;
