@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   libdnnl-dev libomp-dev
   libopenmpi-dev openmpi-bin
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
