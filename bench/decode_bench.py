@@ -15,7 +15,7 @@ hash is unknown to it, so it is told "llama-bpe", the pre-tokenizer of the full 
 Run through bench/decode_bench.sh. Subcommands:
   make      --sizes 0.3b,0.7b,1.5b        make the models under models/decode-bench/ (.venv python)
   run       --sizes ... --rounds 3 --out  the benchmark (any python; spawns the two venvs)
-  bandwidth --streams 2                   only the memory bandwidth
+  bandwidth --cores 0,1                   only the memory bandwidth (one stream per core)
   torch-worker / llama-worker             one measurement, JSON on stdout (used by `run`)
 """
 import argparse

@@ -4,7 +4,9 @@
 // every core the process runs on (TLB shootdown); a training step releases and re-allocates the
 // same few dozen shapes every step, so without the cache that churn took ~25% of a 2-thread
 // step. Fresh mappings are zero pages that cost nothing until touched (zeros() of a weight that
-// loading overwrites never reaches the resident set); reused ones are not zero.
+// loading overwrites never reaches the resident set); reused ones are not zero. Fresh mappings
+// from 4 MiB up start on a 2 MiB boundary and are advised to use transparent huge pages (weights
+// streamed once per decoded token read 2-15% faster, docs/BENCHMARKS.md).
 // The cache is process-wide (like malloc's arenas), thread-safe, and holds at most
 // kBufferCacheBytes; release_cached_buffers() returns it all to the OS. One-off phases whose
 // temporaries will not repeat (loading a model) run under a BufferCacheBypass, so their freed

@@ -1,13 +1,14 @@
 // The large-buffer cache: a released buffer is reused by an allocation of the same page-rounded
 // size (and zeros() of it is zero again), the cache never holds more than its cap, release
 // empties it, a bypass unmaps instead (for its own thread only), and concurrent allocate/free
-// from several threads keeps it consistent.
+// from several threads keeps it consistent, and mappings from 4 MiB up are 2 MiB aligned.
 #include "core/buffer_cache.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -38,6 +39,33 @@ TEST(BufferCache, ReleasedBufferIsReusedAndZeroedAgain) {
   Tensor other = Tensor::empty({n + 4096}, DType::kF32);
   EXPECT_NE(other.raw(), first);
   EXPECT_GE(cached_buffer_bytes(), 3 << 20);
+}
+
+// From 4 MiB up a fresh mapping starts on a 2 MiB boundary (so that transparent huge pages can
+// back all of it); trimming the over-allocated head and tail must leave exactly the buffer mapped:
+// every byte usable, and unmapping it (the cache bypassed) must not fault or leak the slack.
+TEST(BufferCache, LargeMappingsAreHugePageAlignedAndWhole) {
+  release_cached_buffers();
+  BufferCacheBypass bypass;
+  for (const size_t bytes : {size_t(4) << 20, (size_t(9) << 20) + 4096, size_t(33) << 20}) {
+    bool zeroed = false;
+    void* p = large_buffer_alloc(bytes, &zeroed);
+    ASSERT_NE(p, nullptr);
+    EXPECT_TRUE(zeroed);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20), 0u) << bytes << " bytes";
+    auto* c = static_cast<unsigned char*>(p);
+    EXPECT_EQ(c[0], 0);
+    EXPECT_EQ(c[bytes - 1], 0);
+    std::memset(c, 0x5a, bytes);
+    EXPECT_EQ(c[bytes / 2], 0x5a);
+    large_buffer_free(p, bytes);
+  }
+  // Below 4 MiB: page-aligned only, as before.
+  bool zeroed = false;
+  void* small = large_buffer_alloc(size_t(3) << 20, &zeroed);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 4096, 0u);
+  large_buffer_free(small, size_t(3) << 20);
+  EXPECT_EQ(cached_buffer_bytes(), 0);
 }
 
 TEST(BufferCache, HoldsAtMostItsCapAndReleasesEverything) {
