@@ -238,7 +238,8 @@ void TransformerLayer::ffn_forward(const LayerContext& ctx, Tensor& out, const T
 void TransformerLayer::ffn_backward(const LayerContext& ctx, Tensor& d_h, const Tensor& d_out, const Tensor& h,
                                    const LayerActs& a) {
   if (moe_ && !ctx.sequence_parallel) {
-    moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch);
+    moe_->backward(ctx.eng, d_h, d_out, h, a.moe, ctx.moe_aux_dprob, ctx.moe_z_dlse, ctx.tp, ctx.ep_dispatch,
+                   ctx.tp_async);
   } else if (moe_) {
     sequence_parallel_backward(ctx, d_h, d_out, h,
                                [&](Tensor& d_full, const Tensor& d_out_full, const Tensor& full,

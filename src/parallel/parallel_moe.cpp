@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <optional>
 
 #include "core/error.h"
 #include "parallel/slice_loader.h"
@@ -259,25 +261,29 @@ void ParallelMoe::forward_partial(MatmulEngine& eng, Tensor& out, const Tensor& 
 
 void ParallelMoe::backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& a,
                            std::span<const float> aux_dprob, float z_dlse, Communicator& reduce,
-                           Communicator* dispatch) {
-  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, true);
+                           Communicator* dispatch, CommThread* async) {
+  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, true, async);
 }
 
 void ParallelMoe::backward_partial(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                    const MoeActs& a, std::span<const float> aux_dprob, float z_dlse,
                                    Communicator& reduce, Communicator* dispatch) {
-  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, false);
+  backward_impl(eng, d_x, d_out, x, a, aux_dprob, z_dlse, reduce, dispatch, false, nullptr);
 }
 
 void ParallelMoe::backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x,
                                 const MoeActs& a, std::span<const float> aux_dprob, float z_dlse,
-                                Communicator& reduce, Communicator* dispatch, bool sum_dx) {
+                                Communicator& reduce, Communicator* dispatch, bool sum_dx, CommThread* async) {
   const int64_t N = x.dim(0), C = shape_.hidden, E = shape_.n_experts, K = shape_.top_k, El = experts_.size();
   TP_CHECK(a.n_rows == N && d_out.shape() == x.shape() && d_x.shape() == x.shape() && d_x.raw() != d_out.raw(),
            "[ParallelMoe::backward] d_out ", d_out.describe(), ", d_x ", d_x.describe(), ", x ", x.describe(),
            ": expected distinct (N, C) tensors and the forward's activations of ", a.n_rows, " rows");
   TP_CHECK(aux_dprob.empty() || int64_t(aux_dprob.size()) == E, "[ParallelMoe::backward] aux gradient of ",
            aux_dprob.size(), " experts, expected ", E);
+  const bool overlap = sum_dx && async != nullptr && reduce.size() > 1;
+  TP_CHECK(!overlap || (async->size() == reduce.size() && async->rank() == reduce.rank()),
+           "[ParallelMoe::backward] async: a ", overlap ? async->size() : 0, "-rank CommThread for the ",
+           reduce.size(), "-rank ", reduce.name(), " group (rank ", reduce.rank(), ")");
   const int64_t S = int64_t(a.send_slot.size()), R = a.expert_offset.back();
   const float* dout = d_out.data<float>();
   // Gradients of the combine weights and of the shared gate, Partial until summed.
@@ -320,18 +326,27 @@ void ParallelMoe::backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_
     float* dn = dx + (a.send_slot[size_t(i)] / K) * C;
     for (int64_t c = 0; c < C; ++c) dn[c] += d[c];
   }
+  // The sum of d_x: on the CommThread from the moment d_x is complete (before the shared expert's
+  // first-layer weight gradient), or in line. Nothing writes d_x until it is finished: the
+  // replicated parts' input gradients go to d_rep, added after.
+  std::optional<QueuedOp> sum;
+  if (overlap) sum.emplace(*async, [&d_x](Communicator& c) { c.all_reduce(d_x); });
   if (shared_) {
     Tensor d_sy = Tensor::empty({N, C}, DType::kF32);
     for (int64_t n = 0; n < N; ++n) {
       const float g = a.shared_gate.data<float>()[n];
       for (int64_t c = 0; c < C; ++c) d_sy.data<float>()[n * C + c] = g * dout[n * C + c];
     }
-    shared_->backward_partial(eng, d_x, d_sy, x, a.shared_acts);
+    shared_->backward_partial(eng, d_x, d_sy, x, a.shared_acts,
+                              overlap ? std::function<void()>([&sum] { sum->start(); }) : std::function<void()>());
   }
-  if (sum_dx) reduce.all_reduce(d_x);
+  if (overlap && !sum->started()) sum->start();
+  if (sum_dx && !overlap) reduce.all_reduce(d_x);
   // The replicated parts' input gradients, the same on every rank: added to the sum, or to rank
   // 0's part only when d_x stays Partial.
   const bool adds_replicated = sum_dx || reduce.rank() == 0;
+  Tensor d_rep = adds_replicated ? Tensor::zeros({N, C}, DType::kF32) : Tensor();
+  float* drep = adds_replicated ? d_rep.data<float>() : nullptr;
   // The router and the shared gate (Replicated: every rank computes the same, after the sum).
   Tensor d_logits = Tensor::zeros({N, E}, DType::kF32);
   for (int64_t n = 0; n < N; ++n) {
@@ -355,7 +370,7 @@ void ParallelMoe::backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_
     for (int64_t e = 0; e < E; ++e) dl[e] = p[e] * (dl[e] - pd + dz);
   }
   ensure_grad(router_g_, router_w_.shape());
-  if (N > 0) matmul_backward(eng, adds_replicated ? &d_x : nullptr, &router_g_, nullptr, d_logits, x, router_w_);
+  if (N > 0) matmul_backward(eng, adds_replicated ? &d_rep : nullptr, &router_g_, nullptr, d_logits, x, router_w_);
   if (shared_) {
     ensure_grad(shared_gate_g_, shared_gate_w_.shape());
     float* gg = shared_gate_g_.data<float>();
@@ -366,9 +381,12 @@ void ParallelMoe::backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_
       const float* xn = x.data<float>() + n * C;
       for (int64_t c = 0; c < C; ++c) gg[c] += dz * xn[c];
       if (adds_replicated)
-        for (int64_t c = 0; c < C; ++c) dx[n * C + c] += dz * gw[c];
+        for (int64_t c = 0; c < C; ++c) drep[n * C + c] += dz * gw[c];
     }
   }
+  if (overlap) sum->finish();
+  if (adds_replicated)
+    for (int64_t i = 0; i < N * C; ++i) dx[i] += drep[i];
 }
 
 void moe_forward_naive(Tensor& out, const Tensor& x, const MoeShape& shape, const Tensor& router,

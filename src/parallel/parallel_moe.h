@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "comm/comm_thread.h"
 #include "comm/communicator.h"
 #include "core/tensor.h"
 #include "kernels/cpu/matmul.h"
@@ -113,9 +114,12 @@ class ParallelMoe {
   // d_x (N, C) written: the input gradient of d_out (N, C). aux_dprob (E, may be empty): a
   // gradient added to every token's router probability of expert e (the auxiliary loss's);
   // z_dlse: the router z-loss's gradient on a token's logsumexp per unit of it (d loss / d lse_n
-  // = z_dlse * lse_n; 0: none). Weight gradients accumulate.
+  // = z_dlse * lse_n; 0: none). Weight gradients accumulate. With `async` (a CommThread over
+  // reduce) the sum of d_x runs while the shared expert's first-layer weight gradient and the
+  // router's and shared gate's gradients are computed (bitwise the in-line result).
   void backward(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
-                std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch);
+                std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch,
+                CommThread* async = nullptr);
   // backward with d_x Partial over `reduce` (its sum over the ranks is backward's d_x; the
   // router's and the shared gate's input gradients, the same on every rank, are in rank 0's
   // part), for a caller that reduce-scatters it. Still collective over reduce (the combine
@@ -133,7 +137,7 @@ class ParallelMoe {
   // backward (sum_dx) or backward_partial.
   void backward_impl(MatmulEngine& eng, Tensor& d_x, const Tensor& d_out, const Tensor& x, const MoeActs& acts,
                      std::span<const float> aux_dprob, float z_dlse, Communicator& reduce, Communicator* dispatch,
-                     bool sum_dx);
+                     bool sum_dx, CommThread* async);
 
   MoeShape shape_;
   ExpertSplit split_;
