@@ -74,6 +74,18 @@ case "$cmd" in
     [[ $host =~ ^[0-9]+$ ]] || die "link: host '$host' is not a host index"
     [ "$state" = up ] || [ "$state" = down ] || die "link: expected up or down, got '$state'"
     ip link set "$name-v$host" "$state"
+    if [ "$state" = up ]; then
+      # Usable once both ends report it up (the kernel applies a carrier change up to a second
+      # later, dropping packets meanwhile: a connect right after `link up` could fail) and the
+      # hosts have forgotten the neighbours they could not reach while it was down. Bounded: 10 s.
+      ns=$name-h$host
+      for ((i = 0; i < 100; i++)); do
+        [ "$(cat "/sys/class/net/$name-v$host/operstate" 2>/dev/null)" = up ] &&
+          [ "$(ip netns exec "$ns" cat /sys/class/net/eth0/operstate 2>/dev/null)" = up ] && break
+        sleep 0.1
+      done
+      for h in $(awk '{print $2}' "$dir/map"); do ip -n "$h" neigh flush all 2>/dev/null || true; done
+    fi
     exit 0 ;;
 esac
 
