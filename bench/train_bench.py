@@ -127,12 +127,14 @@ def torch_worker(a):
 
 # Engines of one round: (key, what runs it). The order rotates each round.
 def engines(a):
+    n = len(a.cores.split(","))  # every engine uses all the pinned cores: one thread per core
+    half = max(1, n // 2)
     return [
-        ("tp1", lambda v: tensorpar_run(a, 1, 2)),
-        ("tp2", lambda v: tensorpar_run(a, 2, 1)),
-        ("tp1_bf16", lambda v: tensorpar_run(a, 1, 2, ["--bf16"])),
-        ("tp2_bf16", lambda v: tensorpar_run(a, 2, 1, ["--bf16"])),
-        ("tp1_dp2", lambda v: tensorpar_run(a, 1, 1, ["--dp", "2"])),
+        ("tp1", lambda v: tensorpar_run(a, 1, n)),
+        ("tp2", lambda v: tensorpar_run(a, 2, half)),
+        ("tp1_bf16", lambda v: tensorpar_run(a, 1, n, ["--bf16"])),
+        ("tp2_bf16", lambda v: tensorpar_run(a, 2, half, ["--bf16"])),
+        ("tp1_dp2", lambda v: tensorpar_run(a, 1, half, ["--dp", "2"])),
         ("torch_compile", lambda v: torch_run(a, v, True, False)),
         ("torch_compile_bf16", lambda v: torch_run(a, v, True, True)),
         ("torch_eager", lambda v: torch_run(a, v, False, False)),
@@ -141,7 +143,7 @@ def engines(a):
 
 
 def main_run(a):
-    vocab = tensorpar_run(a, 1, 2)["vocab"]  # also warms the page cache
+    vocab = tensorpar_run(a, 1, len(a.cores.split(",")))["vocab"]  # also warms the page cache
     meta = {"cpu": next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                         platform.processor()),
             "cores": a.cores, "loadavg_start": os.getloadavg(),
