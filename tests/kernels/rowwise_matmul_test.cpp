@@ -6,6 +6,8 @@
 //
 // Tolerance vs the naive double-precision reference: a K-term f32 dot product of values in
 // [-1, 1]: 1e-6 * K + 1e-5 absolute (f32 weights; bf16/f16 weights are widened exactly).
+#include "kernels/cpu/rowwise_matmul.h"
+
 #include <omp.h>
 
 #include <cstring>
@@ -15,7 +17,6 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
-#include "kernels/cpu/rowwise_matmul.h"
 #include "quant_test_util.h"
 #include "test_util.h"
 
@@ -27,7 +28,9 @@ using testing::Rng;
 
 using Kernel = void (*)(Tensor&, const Tensor&, const Tensor&, const Tensor*);
 
-std::vector<float> row(const Tensor& t, int64_t r) { return t.slice(0, r, r + 1).contiguous().to_vector(); }
+std::vector<float> row(const Tensor& t, int64_t r) {
+  return t.slice(0, r, r + 1).contiguous().to_vector();
+}
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -39,17 +42,19 @@ TEST(RowwiseMatmul, MatchesNaive) {
   for (Kernel k : {&rowwise_matmul_forward, &rowwise_matmul_forward_portable})
     for (DType wt : {DType::kF32, DType::kBF16, DType::kF16})
       for (int64_t K : {1, 15, 16, 17, 64, 200})
-        for (int64_t M : {1, 3, 4, 9}) {
-          const int64_t N = 7;
-          SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) + " K=" + std::to_string(K));
-          const Tensor x = rng.uniform_tensor({M, K});
-          const Tensor w = rng.uniform_tensor({N, K}, wt);
-          const Tensor b = rng.uniform_tensor({N});
-          Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
-          k(got, x, w, &b);
-          matmul_forward_naive(want, x, w, &b);
-          EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), 1e-6 * double(K) + 1e-5);
-        }
+        for (int64_t M : {1, 3, 4, 9})
+          for (int64_t N : {7, 45}) {  // 45: a whole 32-row tile and a part one
+            SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) +
+                         " N=" + std::to_string(N) + " K=" + std::to_string(K));
+            const Tensor x = rng.uniform_tensor({M, K});
+            const Tensor w = rng.uniform_tensor({N, K}, wt);
+            const Tensor b = rng.uniform_tensor({N});
+            Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
+            k(got, x, w, &b);
+            matmul_forward_naive(want, x, w, &b);
+            EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()),
+                      1e-6 * double(K) + 1e-5);
+          }
 }
 
 TEST(RowwiseMatmul, RowsAreBatchInvariant) {
@@ -70,7 +75,8 @@ TEST(RowwiseMatmul, RowsAreBatchInvariant) {
         const int64_t m0 = std::max<int64_t>(0, r - 1 - r % 4);
         Tensor some = nan_tensor({r + 1 - m0, N});
         k(some, x.slice(0, m0, r + 1), w, nullptr);
-        EXPECT_TRUE(bitwise_equal(row(some, r - m0), row(all, r))) << "row " << r << " in rows [" << m0 << ", " << r + 1 << ")";
+        EXPECT_TRUE(bitwise_equal(row(some, r - m0), row(all, r)))
+            << "row " << r << " in rows [" << m0 << ", " << r + 1 << ")";
       }
       // One thread gives the same bits as the team.
       const int saved = omp_get_max_threads();
@@ -83,12 +89,12 @@ TEST(RowwiseMatmul, RowsAreBatchInvariant) {
 }
 
 // Every block-quantized type: one or two rows (legacy blocks dequantized in registers) and many
-// rows (weights dequantized into the L1 buffer) give the same bits, on both ISAs' paths; both
+// rows (weights dequantized into the tile's buffer) give the same bits, on both ISAs' paths; both
 // match the naive reference. Weights have random blocks (quant_test_util.h), |w| <= 1.5.
 TEST(RowwiseMatmul, QuantizedRowsAreBatchInvariant) {
   Rng rng(3);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
-  const int64_t K = 512, N = 19, M = 11;
+  const int64_t K = 512, N = 45, M = 11;  // a whole 32-row tile and a part one
   for (Kernel k : {&rowwise_matmul_forward, &rowwise_matmul_forward_portable})
     for (DType t : testing::kAllQuantTypes) {
       SCOPED_TRACE(dtype_name(t));
@@ -107,29 +113,37 @@ TEST(RowwiseMatmul, QuantizedRowsAreBatchInvariant) {
       }
       Tensor want = nan_tensor({M, N});
       matmul_forward_naive(want, x, w, nullptr);
-      EXPECT_LE(testing::max_abs_diff(all.to_vector(), want.to_vector()), 1.5e-6 * double(K) + 1e-5);
+      EXPECT_LE(testing::max_abs_diff(all.to_vector(), want.to_vector()),
+                1.5e-6 * double(K) + 1e-5);
     }
 }
 
-// The AVX2 path (CPUs without AVX-512) runs each dot's 16 lanes as two 8-lane halves with the
-// portable loop's fma sequence and reduction tree, and dequantizes blocks with dequantize_row as
-// the portable loop does: its results are the portable loop's bits, for every weight type, tail
-// length and row count (which also makes the portable loop the AVX2 path's exact oracle).
-TEST(RowwiseMatmul, Avx2PathIsBitwiseThePortableLoop) {
-  if (quant_detail::cpu_has_avx512() || !quant_detail::cpu_has_avx2())
-    GTEST_SKIP() << "rowwise_matmul_forward takes the AVX2 path only on AVX2 CPUs without AVX-512";
+// The SIMD paths run each dot's 16 lanes with the portable loop's fma sequence and reduction tree
+// (AVX-512 in one vector, AVX2 as two 8-lane halves), so for float weights their results are the
+// portable loop's bits, for every tail length and row count (which makes the portable loop the
+// SIMD paths' exact oracle). The AVX2 path also dequantizes blocks with dequantize_row, as the
+// portable loop does, so there every quantized type is bitwise too (the AVX-512 path dequantizes
+// in registers, which may differ in the last bits).
+TEST(RowwiseMatmul, SimdPathIsBitwiseThePortableLoop) {
+  const bool avx512 = quant_detail::cpu_has_avx512();
+  if (!avx512 && !quant_detail::cpu_has_avx2()) GTEST_SKIP() << "no SIMD path on this CPU";
   Rng rng(4);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   std::vector<DType> types = {DType::kF32, DType::kBF16, DType::kF16};
-  types.insert(types.end(), std::begin(testing::kAllQuantTypes), std::end(testing::kAllQuantTypes));
+  if (!avx512)
+    types.insert(types.end(), std::begin(testing::kAllQuantTypes),
+                 std::end(testing::kAllQuantTypes));
   for (const DType wt : types)
-    for (const int64_t M : {1, 2, 3, 7, 8}) {
+    for (const int64_t M : {1, 2, 3, 4, 5, 7, 8}) {
       const bool quant = dtype_is_quantized(wt);
-      for (const int64_t K : quant ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1, 15, 16, 17, 200}) {
-        SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) + " K=" + std::to_string(K));
-        const int64_t N = 37;  // a whole 32-row tile and a part one, odd pairs
+      for (const int64_t K :
+           quant ? std::vector<int64_t>{256, 512} : std::vector<int64_t>{1, 15, 16, 17, 200}) {
+        SCOPED_TRACE(std::string(dtype_name(wt)) + " M=" + std::to_string(M) +
+                     " K=" + std::to_string(K));
+        const int64_t N = 45;  // a whole 32-row tile and a part one, odd blocks
         const Tensor x = rng.uniform_tensor({M, K});
-        const Tensor w = quant ? testing::random_blocks(rng, N, K, wt) : rng.uniform_tensor({N, K}, wt);
+        const Tensor w =
+            quant ? testing::random_blocks(rng, N, K, wt) : rng.uniform_tensor({N, K}, wt);
         const Tensor b = rng.uniform_tensor({N});
         Tensor simd = nan_tensor({M, N}), portable = nan_tensor({M, N});
         rowwise_matmul_forward(simd, x, w, &b);
@@ -158,7 +172,8 @@ TEST(RowwiseMatmul, EngineDispatchesQuantizedWeights) {
 }
 
 TEST(RowwiseMatmul, RejectsBadShapes) {
-  Tensor x = Tensor::zeros({2, 8}, DType::kF32), w = Tensor::zeros({3, 9}, DType::kF32), out = Tensor::zeros({2, 3}, DType::kF32);
+  Tensor x = Tensor::zeros({2, 8}, DType::kF32), w = Tensor::zeros({3, 9}, DType::kF32),
+         out = Tensor::zeros({2, 3}, DType::kF32);
   EXPECT_THROW(rowwise_matmul_forward(out, x, w, nullptr), Error);
   Tensor w2 = Tensor::zeros({3, 8}, DType::kF32), out2 = Tensor::zeros({2, 4}, DType::kF32);
   EXPECT_THROW(rowwise_matmul_forward(out2, x, w2, nullptr), Error);

@@ -21,6 +21,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/quant_unpack_avx512.h"
+#include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
 
@@ -116,29 +117,31 @@ TP_AVX512 inline float reduce512(__m512 v) { return _mm512_reduce_add_ps(v); }
 template <DType W, int WR, int XR>
 TP_AVX512 void block512(const Operands& o, int64_t n0, int64_t m0) {
   __m512 acc[WR][XR];
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
   const int64_t es = dtype_nbytes(W, 1);
   const char* wbase = static_cast<const char*>(o.w) + n0 * o.ldw * es;
   const float* xb = o.x + m0 * o.ldx;
   int64_t k = 0;
   for (; k + kLanes <= o.K; k += kLanes) {
-    __m512 xv[XR], wv[WR];
-    for (int j = 0; j < XR; ++j) xv[j] = _mm512_loadu_ps(xb + j * o.ldx + k);
-    for (int i = 0; i < WR; ++i) wv[i] = load_w16<W>(wbase + i * o.ldw * es, k);
-    for (int i = 0; i < WR; ++i)
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+    __m512 xv[XR];
+    TP_UNROLL for (int j = 0; j < XR; ++j) xv[j] = _mm512_loadu_ps(xb + j * o.ldx + k);
+    TP_UNROLL for (int i = 0; i < WR; ++i) {
+      const __m512 wv = load_w16<W>(wbase + i * o.ldw * es, k);
+      TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
   }
   if (k < o.K) {  // the tail: zero lanes add exact zeros
     const __mmask16 mask = __mmask16((1u << (o.K - k)) - 1);
-    __m512 xv[XR], wv[WR];
-    for (int j = 0; j < XR; ++j) xv[j] = _mm512_maskz_loadu_ps(mask, xb + j * o.ldx + k);
-    for (int i = 0; i < WR; ++i) wv[i] = load_w16_masked<W>(wbase + i * o.ldw * es, k, mask);
-    for (int i = 0; i < WR; ++i)
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv[i], xv[j], acc[i][j]);
+    __m512 xv[XR];
+    TP_UNROLL for (int j = 0; j < XR; ++j) xv[j] = _mm512_maskz_loadu_ps(mask, xb + j * o.ldx + k);
+    TP_UNROLL for (int i = 0; i < WR; ++i) {
+      const __m512 wv = load_w16_masked<W>(wbase + i * o.ldw * es, k, mask);
+      TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wv, xv[j], acc[i][j]);
+    }
   }
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) {
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) {
       const float b = o.bias ? o.bias[n0 + i] : 0.0f;
       o.out[(m0 + j) * o.ldo + n0 + i] = reduce512(acc[i][j]) + b;
     }
@@ -150,69 +153,74 @@ TP_AVX512 void block512(const Operands& o, int64_t n0, int64_t m0) {
 template <DType T, int WR, int XR>
 TP_AVX512 void qblock512(const Operands& o, int64_t n0, int64_t m0) {
   __m512 acc[WR][XR];
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_setzero_ps();
   const char* wbase = static_cast<const char*>(o.w) + n0 * o.ldw;
   const float* xb = o.x + m0 * o.ldx;
   for (int64_t b = 0; b < o.K / kQuantBlock; ++b) {
     __m512 x0[XR], x1[XR];
-    for (int j = 0; j < XR; ++j) {
+    TP_UNROLL for (int j = 0; j < XR; ++j) {
       x0[j] = _mm512_loadu_ps(xb + j * o.ldx + b * kQuantBlock);
       x1[j] = _mm512_loadu_ps(xb + j * o.ldx + b * kQuantBlock + kLanes);
     }
-    for (int i = 0; i < WR; ++i) {
+    TP_UNROLL for (int i = 0; i < WR; ++i) {
       __m512 lo, hi;
       float d, m = 0.0f;
       quant_detail::unpack512<T>(wbase + i * o.ldw, b, lo, hi, d, m);
       const __m512 dv = _mm512_set1_ps(d), mv = _mm512_set1_ps(m);
       const __m512 wlo = _mm512_fmadd_ps(lo, dv, mv), whi = _mm512_fmadd_ps(hi, dv, mv);
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wlo, x0[j], acc[i][j]);
-      for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(whi, x1[j], acc[i][j]);
+      TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(wlo, x0[j], acc[i][j]);
+      TP_UNROLL for (int j = 0; j < XR; ++j) acc[i][j] = _mm512_fmadd_ps(whi, x1[j], acc[i][j]);
     }
   }
-  for (int i = 0; i < WR; ++i)
-    for (int j = 0; j < XR; ++j) {
+  TP_UNROLL for (int i = 0; i < WR; ++i)
+    TP_UNROLL for (int j = 0; j < XR; ++j) {
       const float b = o.bias ? o.bias[n0 + i] : 0.0f;
       o.out[(m0 + j) * o.ldo + n0 + i] = reduce512(acc[i][j]) + b;
     }
 }
 
-template <int WR, template <int, int> class K>
-TP_AVX512 void rows512(const Operands& o, int64_t n0) {
-  int64_t m0 = 0;
-  for (; m0 + kXRows <= o.M; m0 += kXRows) K<WR, kXRows>::run(o, n0, m0);
-  switch (o.M - m0) {
-    case 1: K<WR, 1>::run(o, n0, m0); break;
-    case 2: K<WR, 2>::run(o, n0, m0); break;
-    case 3: K<WR, 3>::run(o, n0, m0); break;
-    default: break;
-  }
-}
-
-template <int WR, template <int, int> class K>
-TP_AVX512 void weight_rows512(const Operands& o, int64_t n0, int64_t wr) {
-  switch (wr) {
-    case 1: rows512<1, K>(o, n0); break;
-    case 2: rows512<2, K>(o, n0); break;
-    case 3: rows512<3, K>(o, n0); break;
-    default: rows512<WR, K>(o, n0); break;
-  }
-}
-
+// The register-block kernels as types, for the tile loops below.
 template <DType W>
 struct Float512 {
   template <int WR, int XR>
-  struct K {
-    TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { block512<W, WR, XR>(o, n0, m0); }
-  };
+  TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { block512<W, WR, XR>(o, n0, m0); }
 };
 template <DType T>
 struct Quant512 {
   template <int WR, int XR>
-  struct K {
-    TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { qblock512<T, WR, XR>(o, n0, m0); }
-  };
+  TP_AVX512 static void run(const Operands& o, int64_t n0, int64_t m0) { qblock512<T, WR, XR>(o, n0, m0); }
 };
+
+constexpr int64_t kWTile512 = 32;  // weight rows every input row passes before the next ones (L2)
+
+// Weight rows [n0, n1) of a tile against XR input rows from m0. One input row (decode) takes 8
+// weight rows at a time: 8 accumulators hide the fma latency.
+template <class Kern, int XR>
+TP_AVX512 void tile_rows512(const Operands& o, int64_t n0, int64_t n1, int64_t m0) {
+  constexpr int kRows = XR == 1 ? 2 * kWRows : kWRows;
+  int64_t n = n0;
+  for (; n + kRows <= n1; n += kRows) Kern::template run<kRows, XR>(o, n, m0);
+  if constexpr (kRows > kWRows)
+    for (; n + kWRows <= n1; n += kWRows) Kern::template run<kWRows, XR>(o, n, m0);
+  for (; n < n1; ++n) Kern::template run<1, XR>(o, n, m0);
+}
+
+// Weight rows [n0, n1) of a tile against every input row: each group of kXRows input rows (in
+// L1) passes the whole tile (in L2) before the next group, so the inputs are read from memory
+// once per tile, not once per block of weight rows.
+template <class Kern>
+TP_AVX512 void tile512(const Operands& o, int64_t n0, int64_t n1) {
+  static_assert(kXRows == 4);
+  int64_t m0 = 0;
+  for (; m0 + kXRows <= o.M; m0 += kXRows) tile_rows512<Kern, kXRows>(o, n0, n1, m0);
+  switch (o.M - m0) {
+    case 3: tile_rows512<Kern, 3>(o, n0, n1, m0); break;
+    case 2: tile_rows512<Kern, 2>(o, n0, n1, m0); break;
+    case 1: tile_rows512<Kern, 1>(o, n0, n1, m0); break;
+    default: break;
+  }
+}
 
 // Rows at most this many multiply quantized weights dequantized in registers; more rows reuse a
 // dequantized buffer (the dequantization then costs 1/M of the work).
@@ -220,43 +228,43 @@ constexpr int64_t kQuantInRegisterRows = 2;
 
 // K-quant super-blocks always go through the buffer (their unpacking is too long for registers).
 template <DType T>
-TP_AVX512 void quant_block(const Operands& o, int64_t n0, int64_t wr, std::vector<float>& deq) {
+TP_AVX512 void quant_tile(const Operands& o, int64_t n0, int64_t n1, std::vector<float>& deq) {
   if constexpr (!dtype_is_kquant(T)) {
-    if (o.M <= kQuantInRegisterRows) return weight_rows512<kWRows, Quant512<T>::template K>(o, n0, wr);
+    if (o.M <= kQuantInRegisterRows) return tile512<Quant512<T>>(o, n0, n1);
   }
   const int64_t nb = o.K / dtype_block_elems(T);
-  for (int64_t i = 0; i < wr; ++i)
-    quant_detail::dequant_f32_avx512(deq.data() + i * o.K, static_cast<const char*>(o.w) + (n0 + i) * o.ldw, T, nb);
+  for (int64_t n = n0; n < n1; ++n)
+    quant_detail::dequant_f32_avx512(deq.data() + (n - n0) * o.K, static_cast<const char*>(o.w) + n * o.ldw, T, nb);
   Operands q = o;
   q.w = deq.data(), q.ldw = o.K, q.wt = DType::kF32;
   q.out = o.out + n0, q.bias = o.bias ? o.bias + n0 : nullptr;
-  weight_rows512<kWRows, Float512<DType::kF32>::template K>(q, 0, wr);
+  tile512<Float512<DType::kF32>>(q, 0, n1 - n0);
 }
 
 TP_AVX512 void run_avx512(const Operands& o) {
-  const int64_t blocks = (o.N + kWRows - 1) / kWRows;
+  const int64_t tiles = (o.N + kWTile512 - 1) / kWTile512;
   const bool quant = dtype_is_quantized(o.wt);
 #pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
   {
-    std::vector<float> deq(quant ? size_t(kWRows * o.K) : 0);
+    std::vector<float> deq(quant ? size_t(kWTile512 * o.K) : 0);
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * kWRows, wr = std::min<int64_t>(kWRows, o.N - n0);
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t n0 = t * kWTile512, n1 = std::min(o.N, n0 + kWTile512);
       switch (o.wt) {
-        case DType::kF32: weight_rows512<kWRows, Float512<DType::kF32>::template K>(o, n0, wr); break;
-        case DType::kBF16: weight_rows512<kWRows, Float512<DType::kBF16>::template K>(o, n0, wr); break;
-        case DType::kF16: weight_rows512<kWRows, Float512<DType::kF16>::template K>(o, n0, wr); break;
-        case DType::kQ8_0: quant_block<DType::kQ8_0>(o, n0, wr, deq); break;
-        case DType::kQ4_0: quant_block<DType::kQ4_0>(o, n0, wr, deq); break;
-        case DType::kQ4_1: quant_block<DType::kQ4_1>(o, n0, wr, deq); break;
-        case DType::kQ5_0: quant_block<DType::kQ5_0>(o, n0, wr, deq); break;
-        case DType::kQ5_1: quant_block<DType::kQ5_1>(o, n0, wr, deq); break;
-        case DType::kIQ4_NL: quant_block<DType::kIQ4_NL>(o, n0, wr, deq); break;
-        case DType::kQ2_K: quant_block<DType::kQ2_K>(o, n0, wr, deq); break;
-        case DType::kQ3_K: quant_block<DType::kQ3_K>(o, n0, wr, deq); break;
-        case DType::kQ4_K: quant_block<DType::kQ4_K>(o, n0, wr, deq); break;
-        case DType::kQ5_K: quant_block<DType::kQ5_K>(o, n0, wr, deq); break;
-        default: quant_block<DType::kQ6_K>(o, n0, wr, deq); break;
+        case DType::kF32: tile512<Float512<DType::kF32>>(o, n0, n1); break;
+        case DType::kBF16: tile512<Float512<DType::kBF16>>(o, n0, n1); break;
+        case DType::kF16: tile512<Float512<DType::kF16>>(o, n0, n1); break;
+        case DType::kQ8_0: quant_tile<DType::kQ8_0>(o, n0, n1, deq); break;
+        case DType::kQ4_0: quant_tile<DType::kQ4_0>(o, n0, n1, deq); break;
+        case DType::kQ4_1: quant_tile<DType::kQ4_1>(o, n0, n1, deq); break;
+        case DType::kQ5_0: quant_tile<DType::kQ5_0>(o, n0, n1, deq); break;
+        case DType::kQ5_1: quant_tile<DType::kQ5_1>(o, n0, n1, deq); break;
+        case DType::kIQ4_NL: quant_tile<DType::kIQ4_NL>(o, n0, n1, deq); break;
+        case DType::kQ2_K: quant_tile<DType::kQ2_K>(o, n0, n1, deq); break;
+        case DType::kQ3_K: quant_tile<DType::kQ3_K>(o, n0, n1, deq); break;
+        case DType::kQ4_K: quant_tile<DType::kQ4_K>(o, n0, n1, deq); break;
+        case DType::kQ5_K: quant_tile<DType::kQ5_K>(o, n0, n1, deq); break;
+        default: quant_tile<DType::kQ6_K>(o, n0, n1, deq); break;
       }
     }
   }
