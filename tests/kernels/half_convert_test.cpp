@@ -1,6 +1,7 @@
 // The array conversions (AVX-512 where the CPU has it) against core/half.h's scalar ones, the
-// reference: every f16 bit pattern widened, and f32 values of every kind narrowed (normal,
-// subnormal and overflowing ranges, exact ties), bit for bit; NaN stays NaN.
+// reference: every f16 and bf16 bit pattern widened, and f32 values of every kind narrowed
+// (normal, subnormal and overflowing ranges, exact ties), bit for bit; NaN stays NaN (bf16: the
+// scalar conversion's very bits).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -53,6 +54,33 @@ TEST(HalfConvert, F32NarrowsAsTheScalarConversion) {
     } else {
       EXPECT_EQ(got[i].bits, f32_to_f16(x[i]).bits) << "value " << x[i];
     }
+  }
+}
+
+
+TEST(HalfConvert, EveryBf16WidensAsTheScalarConversion) {
+  std::vector<bf16> h(65536 + 7);  // a tail past the vectors
+  for (size_t i = 0; i < h.size(); ++i) h[i] = bf16{uint16_t(i)};
+  std::vector<float> got(h.size());
+  bf16_to_f32_n(got.data(), h.data(), int64_t(h.size()));
+  for (size_t i = 0; i < h.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(bf16_to_f32(h[i]))) << i;
+}
+
+// Every f32 bit pattern with the low 16 bits taking the values that decide the rounding (0,
+// just below / at / just above the tie, the largest), both signs: NaNs, infinities, subnormals,
+// overflow to infinity and ties to even included. Odd lengths leave tails past the vectors.
+TEST(HalfConvert, EveryF32HighHalfNarrowsToBf16AsTheScalarConversion) {
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < 65536; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+      x.push_back(std::bit_cast<float>(hi << 16 | lo));
+  for (int64_t n : {int64_t(x.size()), int64_t(x.size()) - 5}) {
+    std::vector<bf16> got(size_t(n), bf16{0x1234});
+    f32_to_bf16_n(got.data(), x.data(), n);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; ++i) wrong += got[size_t(i)].bits != f32_to_bf16(x[size_t(i)]).bits;
+    EXPECT_EQ(wrong, 0) << "of " << n;
   }
 }
 

@@ -1,10 +1,13 @@
-// AdamW step, parallel and vectorised over elements; the bias corrections are computed once in
-// double.
+// AdamW step, parallel and vectorised over elements (compiled for AVX-512, AVX2 and the
+// baseline, picked at run time; the AVX clones may fuse a multiply and an add, so the last bits
+// of an update can differ between machines, never between runs on one); the bias corrections
+// are computed once in double.
 #include "kernels/cpu/adamw.h"
 
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace tensorpar {
 namespace {
@@ -15,7 +18,7 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
 }  // namespace
 
-void adamw_step(float* params, float* m, float* v, const float* grads, int64_t n, int64_t t,
+TP_VECTOR_CLONES void adamw_step(float* params, float* m, float* v, const float* grads, int64_t n, int64_t t,
                 const AdamWConfig& cfg) {
   TP_CHECK(n >= 0, "[adamw_step] size: got n=", n, ", expected >= 0");
   TP_CHECK(t >= 1, "[adamw_step] step: got t=", t, ", expected >= 1");

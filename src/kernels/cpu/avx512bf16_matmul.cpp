@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/bf16_operands.h"
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
@@ -129,7 +130,7 @@ TP_AVX512BF16 void run(const Operands& o) {
     for (int64_t m = 0; m < o.M; ++m) {
       uint16_t* dst = const_cast<uint16_t*>(o.xb) + m * o.Kp;
       const float* src = o.x + m * o.ldx;
-      for (int64_t k = 0; k < o.K; ++k) dst[k] = f32_to_bf16(src[k]).bits;
+      f32_to_bf16_n(reinterpret_cast<bf16*>(dst), src, o.K);
       std::memset(dst + o.K, 0, size_t(o.Kp - o.K) * sizeof(uint16_t));
     }
     alignas(64) float partial[(kRowChunk + kXRows - 1) / kXRows * kPartialFloats];

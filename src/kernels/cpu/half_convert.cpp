@@ -1,5 +1,9 @@
 #include "kernels/cpu/half_convert.h"
 
+#include <bit>
+
+#include "kernels/cpu/fast_math.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC's AVX-512 conversion intrinsics start from _mm512_undefined_*, which it reports as
 // possibly uninitialized (a false positive).
@@ -35,7 +39,23 @@ __attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src
 }
 #endif
 
+// f32_to_bf16 (core/half.h) without its branch, so that the loop vectorizes: round to nearest
+// even, NaNs kept quiet.
+inline uint16_t bf16_bits_of(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return uint16_t((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : rounded);
+}
+
 }  // namespace
+
+TP_VECTOR_CLONES void bf16_to_f32_n(float* dst, const bf16* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(uint32_t(src[i].bits) << 16);
+}
+
+TP_VECTOR_CLONES void f32_to_bf16_n(bf16* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i].bits = bf16_bits_of(src[i]);
+}
 
 void f16_to_f32_n(float* dst, const f16* src, int64_t n) {
 #ifdef TP_HALF_AVX512

@@ -1,6 +1,8 @@
 // Arrays of IEEE f16 to f32 and back (round to nearest even): AVX-512 (vcvtph2ps / vcvtps2ph)
 // where the CPU has it, core/half.h's scalar conversions elsewhere; the same bits either way for
-// every finite value and infinity (NaNs stay NaNs).
+// every finite value and infinity (NaNs stay NaNs). Arrays of bf16 to f32 and back: core/half.h's
+// conversions written branch-free and compiled for AVX-512, AVX2 and the baseline (picked at run
+// time), bitwise the scalar ones for every input, NaNs included.
 #pragma once
 
 #include <cstdint>
@@ -11,5 +13,7 @@ namespace tensorpar {
 
 void f16_to_f32_n(float* dst, const f16* src, int64_t n);
 void f32_to_f16_n(f16* dst, const float* src, int64_t n);
+void bf16_to_f32_n(float* dst, const bf16* src, int64_t n);
+void f32_to_bf16_n(bf16* dst, const float* src, int64_t n);
 
 }  // namespace tensorpar

@@ -19,6 +19,7 @@
 #include "kernels/cpu/quant_matmul.h"
 #include "kernels/cpu/amx_matmul.h"
 #include "kernels/cpu/avx512bf16_matmul.h"
+#include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/rowwise_matmul.h"
 
 namespace tensorpar {
@@ -277,14 +278,24 @@ Tensor converted(MatmulEngine& eng, const Tensor& t, DType dtype, int slot) {
     const float* src = t.data<float>();
     bf16* dst = out.data<bf16>();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < rows; ++i)
+    for (int64_t i = 0; i < rows; ++i) {
+      if (cs == 1) {
+        f32_to_bf16_n(dst + i * cols, src + i * ss, cols);
+        continue;
+      }
       for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = f32_to_bf16(src[i * ss + j * cs]);
+    }
   } else if (t.dtype() == DType::kBF16 && dtype == DType::kF32) {
     const bf16* src = t.data<bf16>();
     float* dst = out.data<float>();
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < rows; ++i)
+    for (int64_t i = 0; i < rows; ++i) {
+      if (cs == 1) {
+        bf16_to_f32_n(dst + i * cols, src + i * ss, cols);
+        continue;
+      }
       for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = bf16_to_f32(src[i * ss + j * cs]);
+    }
   } else {
     TP_CHECK(false, "[matmul] cannot convert ", t.describe(), " to ", dtype_name(dtype),
              ", expected f32 or bf16");
