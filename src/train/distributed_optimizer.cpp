@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/sum_squares.h"
 
 namespace tensorpar {
 
@@ -109,9 +110,7 @@ double DistributedAdamW::clip(const std::vector<ParamShard>& params, Communicato
   double mine = 0;
   for_chunk(params, [&](size_t i, int64_t p0, int64_t, int64_t n) {
     const float* g = params[i].grad->data<float>() + p0;
-    double s = 0;
-    for (int64_t k = 0; k < n; ++k) s += double(g[k]) * double(g[k]);
-    mine += s / double(slots_[i].copies);
+    mine += sum_of_squares(g, n) / double(slots_[i].copies);
   });
   // This TP rank's whole sum: the DP ranks' chunk sums, gathered bitwise and added in rank order.
   std::vector<double> all(size_t(dp_.size()));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/sum_squares.h"
 
 namespace tensorpar {
 
@@ -50,8 +51,7 @@ double global_grad_norm(const std::vector<ParamShard>& params, Communicator& tp,
   for (const ParamShard& p : params) {
     if (!p.grad || p.grad->numel() == 0) continue;
     const float* g = p.grad->data<float>();
-    double s = 0;
-    for (int64_t i = 0, n = p.grad->numel(); i < n; ++i) s += double(g[i]) * double(g[i]);
+    const double s = sum_of_squares(g, p.grad->numel());
     TP_CHECK(p.copies >= 1, "[global_grad_norm] '", p.name, "' has copies ", p.copies,
              ", expected >= 1");
     local[p.expert ? 1 : 0] += s / double(p.copies);
