@@ -57,7 +57,6 @@ TEST(HalfConvert, F32NarrowsAsTheScalarConversion) {
   }
 }
 
-
 TEST(HalfConvert, EveryBf16WidensAsTheScalarConversion) {
   std::vector<bf16> h(65536 + 7);  // a tail past the vectors
   for (size_t i = 0; i < h.size(); ++i) h[i] = bf16{uint16_t(i)};

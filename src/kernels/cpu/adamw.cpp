@@ -18,8 +18,8 @@ constexpr int64_t kMinParallelWork = int64_t(1) << 15;
 
 }  // namespace
 
-TP_VECTOR_CLONES void adamw_step(float* params, float* m, float* v, const float* grads, int64_t n, int64_t t,
-                const AdamWConfig& cfg) {
+TP_VECTOR_CLONES void adamw_step(float* params, float* m, float* v, const float* grads, int64_t n,
+                                 int64_t t, const AdamWConfig& cfg) {
   TP_CHECK(n >= 0, "[adamw_step] size: got n=", n, ", expected >= 0");
   TP_CHECK(t >= 1, "[adamw_step] step: got t=", t, ", expected >= 1");
   TP_CHECK(cfg.beta1 >= 0 && cfg.beta1 < 1 && cfg.beta2 >= 0 && cfg.beta2 < 1,

@@ -243,10 +243,11 @@ TP_AVX512 void quant_tile(const Operands& o, int64_t n0, int64_t n1, std::vector
 
 TP_AVX512 void run_avx512(const Operands& o) {
   const int64_t tiles = (o.N + kWTile512 - 1) / kWTile512;
-  const bool quant = dtype_is_quantized(o.wt);
+  // The dequantized tile's buffer only where quant_tile uses it (not for 1-2 rows of a legacy type).
+  const bool buffered = dtype_is_quantized(o.wt) && (dtype_is_kquant(o.wt) || o.M > kQuantInRegisterRows);
 #pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
   {
-    std::vector<float> deq(quant ? size_t(kWTile512 * o.K) : 0);
+    std::vector<float> deq(buffered ? size_t(kWTile512 * o.K) : 0);
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
       const int64_t n0 = t * kWTile512, n1 = std::min(o.N, n0 + kWTile512);

@@ -28,7 +28,8 @@ double sum_of_squares(const float* x, int64_t n) {
   if (blocks <= 1) return n > 0 ? block_sum(x, n) : 0.0;
   std::vector<double> part(static_cast<size_t>(blocks));
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) part[size_t(b)] = block_sum(x + b * kBlock, std::min(kBlock, n - b * kBlock));
+  for (int64_t b = 0; b < blocks; ++b)
+    part[size_t(b)] = block_sum(x + b * kBlock, std::min(kBlock, n - b * kBlock));
   double s = 0;
   for (const double p : part) s += p;
   return s;
