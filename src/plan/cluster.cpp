@@ -138,6 +138,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
     c.eff.memory = e.value("memory", c.eff.memory);
     c.eff.link = e.value("link", c.eff.link);
     c.eff.dp_overlap = e.value("dp_overlap", c.eff.dp_overlap);
+    c.eff.tp_overlap = e.value("tp_overlap", c.eff.tp_overlap);
     c.eff.fused_attention = e.value("fused_attention", c.eff.fused_attention);
     c.eff.tensorpar_buffers = e.value("tensorpar_buffers", c.eff.tensorpar_buffers);
   }
@@ -162,6 +163,7 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"memory", c.eff.memory},
             {"link", c.eff.link},
             {"dp_overlap", c.eff.dp_overlap},
+            {"tp_overlap", c.eff.tp_overlap},
             {"fused_attention", c.eff.fused_attention},
             {"tensorpar_buffers", c.eff.tensorpar_buffers}}}};
   if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);

@@ -30,6 +30,10 @@ struct EfficiencySpec {
   // q/k/v output beside q, k and v; each micro-batch's stage output and (rows, h) gradients (and
   // the final norm's output on the last stage); under SP three gathered (s b, h) buffers a stage.
   bool tensorpar_buffers = false;
+  // The backward's TP collectives of the input gradients overlap the weight-gradient GEMMs
+  // (Megatron-LM since 2022, Korthikanti et al. section 6; tensorpar's trainer
+  // on a comm thread). Off for Megatron 2021, which the A100 efficiencies were fitted on.
+  bool tp_overlap = false;
 };
 
 struct ClusterSpec {

@@ -130,7 +130,11 @@ LayerCost layer_cost(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& 
   const double n_ar = 4 + (p.recompute == Recompute::kFull ? 2 : 0);
   const double bytes = act_bytes * tok * C;
   const GroupShape tp{p.tp, 1};
-  lc.tp_comm = n_ar * (p.sp ? 2 * all_gather_time(c, tp, bytes) : all_reduce_time(c, tp, bytes));
+  const double one = p.sp ? 2 * all_gather_time(c, tp, bytes) : all_reduce_time(c, tp, bytes);
+  lc.tp_comm = n_ar * one;
+  // eff.tp_overlap: the backward's two collectives (the input gradients) run while the weight
+  // gradients' GEMMs (one forward's worth of linear GEMM time) compute.
+  if (c.eff.tp_overlap) lc.tp_comm -= std::min(2 * one, linear);
   // EP: dispatch and combine all-to-alls of the routed tokens, forward and backward.
   if (m.is_moe() && p.ep > 1)
     lc.ep_comm = n_ar * all_to_all_time(c, {p.ep, p.tp}, act_bytes * tok * k * C);
