@@ -14,6 +14,7 @@
 #include "cli/auto_plan.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/threading.h"
 #include "model/load_model.h"
 #include "plan/calibrate.h"
 #include "plan/plan_json.h"
@@ -94,6 +95,7 @@ void run_calibrate(const PlanOptions& o) {
   ClusterSpec c = calibrate_cluster(parse_gemm_bench(gemm, "f32"), comm_rows, mem_bw, devices,
                                     8.0 * 1024 * 1024 * 1024);
   c.reserved_bytes = process_base / devices;
+  c.cores_per_node = int(available_cpus().size());  // ranks beyond them time-slice the cores
   c.weight_stream_Bps = parse_quant_stream_bench(quant);
   if (devices > 1) {
     // The ranks share this machine's memory bus: the same one-row streams with one thread per

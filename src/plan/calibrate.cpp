@@ -86,26 +86,32 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   c.eff = {1.0, 1e7, 1.0, 1.0, false, true, true};  // tensorpar runs here
   for (const auto& g : gemm) c.peak_flops = std::max(c.peak_flops, g.flops_per_s);
   // The efficiency curve describes compute-bound GEMMs (training's, prefill's): samples whose
-  // FLOPs per weight byte reach the machine's balance (peak / bandwidth). Below it (decode's few
-  // rows) the weight read bounds the time, which memory_Bps models; fitting those rows here
-  // would make every small GEMM look slow (a micro-batch of 2 x 128 tokens runs at the rate of
-  // 8 x 128 on a CPU). All samples when fewer than two are compute-bound.
+  // FLOPs per weight byte reach 4x the machine's balance (peak / bandwidth), so that their weight
+  // read is at most a quarter of their compute. Nearer the balance (decode's few rows: 16 rows of
+  // f32 are 8 FLOPs a byte) the weight read bounds the time, which memory_Bps models; fitting
+  // those rows here would make every small GEMM look slow (a micro-batch of 2 x 128 tokens runs at
+  // the rate of 8 x 128 on a CPU). All samples when fewer than two are compute-bound.
   std::vector<GemmSample> fit;
   for (const auto& g : gemm)
-    if (!g.streaming && g.weight_bytes > 0 && g.flops / g.weight_bytes >= c.peak_flops / c.memory_Bps)
+    if (!g.streaming && g.weight_bytes > 0 &&
+        g.flops / g.weight_bytes >= 4 * c.peak_flops / c.memory_Bps)
       fit.push_back(g);
   if (fit.size() < 2) fit = gemm;
-  // gemm_half_flops: least squares of log(predicted / measured time) over a log grid.
+  // gemm_max and gemm_half_flops: least squares of log(predicted / measured time) over a grid
+  // (the rates are training rates, forward and both gradients, which stay below the fastest).
   double best = 1e300;
-  for (double lg = 3; lg <= 11; lg += 0.02) {
-    EfficiencySpec e = c.eff;
-    e.gemm_half_flops = std::pow(10.0, lg);
-    double err = 0;
-    for (const auto& g : fit) {
-      const double pred = c.peak_flops * gemm_efficiency(e, g.flops);
-      err += std::pow(std::log(pred / g.flops_per_s), 2);
+  for (double gmax = 0.30; gmax <= 1.0001; gmax += 0.01) {
+    for (double lg = 3; lg <= 11; lg += 0.02) {
+      EfficiencySpec e = c.eff;
+      e.gemm_max = std::min(1.0, gmax);
+      e.gemm_half_flops = std::pow(10.0, lg);
+      double err = 0;
+      for (const auto& g : fit) {
+        const double pred = c.peak_flops * gemm_efficiency(e, g.flops);
+        err += std::pow(std::log(pred / g.flops_per_s), 2);
+      }
+      if (err < best) best = err, c.eff.gemm_max = e.gemm_max, c.eff.gemm_half_flops = e.gemm_half_flops;
     }
-    if (err < best) best = err, c.eff.gemm_half_flops = e.gemm_half_flops;
   }
   // All-reduce over n ranks: 2 (n-1) alpha + 2 (n-1)/n bytes / bw.
   const auto [lo, hi] = std::minmax_element(

@@ -33,8 +33,9 @@ std::map<std::string, double> parse_quant_stream_bench(const std::string& text);
 // The fastest weight stream (bytes/s) of the one-row GEMMs among `gemm` (0 when none).
 double fastest_weight_stream(const std::vector<GemmSample>& gemm);
 
-// Peak = the fastest GEMM; gemm_half_flops fitted (least squares in log time) to the
-// compute-bound samples (FLOPs per weight byte at least peak / bandwidth; all when fewer than two);
+// Peak = the fastest GEMM; gemm_max and gemm_half_flops fitted (least squares in log time) to
+// the compute-bound samples (FLOPs per weight byte at least 4 x peak / bandwidth; all when fewer
+// than two);
 // memory bandwidth per device = the fastest weight stream of an M = 1 GEMM (what decode does;
 // `memory_Bps` from the comm bench's memcpy, shared by the ranks, is the fallback); link latency
 // from the smallest all-reduce, bandwidth from the largest (ring formula inverted).

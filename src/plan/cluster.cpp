@@ -47,6 +47,7 @@ ClusterSpec this_machine() {
   ClusterSpec c;
   c.name = "this-machine";
   c.devices_per_node = 2;  // ranks (one core each)
+  c.cores_per_node = 2;
   c.memory_bytes = 8.0 * kGiB;
   c.reserved_bytes = 0.25 * kGiB;
   c.peak_flops = 128.1e9;          // fastest f32 GEMM, 1 thread
@@ -101,6 +102,7 @@ nlohmann::json link_to_json(const LinkSpec& l) {
 void ClusterSpec::validate(const std::string& where) const {
   TP_CHECK(nodes >= 1 && devices_per_node >= 1, "[", where, "] nodes ", nodes,
            " and devices_per_node ", devices_per_node, " must be >= 1");
+  TP_CHECK(cores_per_node >= 0, "[", where, "] cores_per_node ", cores_per_node, " must be >= 0");
   TP_CHECK(memory_bytes > 0 && peak_flops > 0 && memory_Bps > 0, "[", where,
            "] memory, FLOP/s and memory bandwidth must be positive");
   TP_CHECK(intra.bandwidth_Bps > 0 && inter.bandwidth_Bps > 0 && intra.latency_s >= 0 &&
@@ -117,6 +119,7 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
   c.name = j.value("name", where);
   c.nodes = j.value("nodes", 1);
   c.devices_per_node = j.value("devices_per_node", 1);
+  c.cores_per_node = j.value("cores_per_node", 0);
   TP_CHECK(j.contains("device"), "[", where, "] missing object \"device\"");
   const auto& d = j.at("device");
   c.memory_bytes = num(d, "memory_gib", where + ": device") * kGiB;
@@ -167,6 +170,7 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"fused_attention", c.eff.fused_attention},
             {"tensorpar_buffers", c.eff.tensorpar_buffers}}}};
   if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);
+  if (c.cores_per_node > 0) j["cores_per_node"] = c.cores_per_node;
   if (c.node_memory_Bps > 0) j["device"]["node_memory_bandwidth_gbps"] = c.node_memory_Bps * 1e-9;
   if (!c.node_weight_stream_Bps.empty())
     j["device"]["node_weight_stream_gbps"] = rates_to_json(c.node_weight_stream_Bps);

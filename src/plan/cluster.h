@@ -40,6 +40,9 @@ struct ClusterSpec {
   std::string name;
   int nodes = 1;
   int devices_per_node = 1;
+  // A CPU node: the cores its devices (ranks) share. More devices than cores time-slice them, so
+  // each computes at cores / devices of its peak. 0: every device computes on its own (GPUs).
+  int cores_per_node = 0;
   double memory_bytes = 0;    // per device
   double reserved_bytes = 0;  // per device: runtime, workspace, fragmentation
   double peak_flops = 0;      // dense 16-bit FLOP/s per device (f32 on a CPU calibration)

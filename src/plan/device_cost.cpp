@@ -10,9 +10,14 @@ double gemm_efficiency(const EfficiencySpec& e, double flops) {
   return e.gemm_max * flops / (flops + e.gemm_half_flops);
 }
 
+double compute_share(const ClusterSpec& c) {
+  if (c.cores_per_node <= 0 || c.devices_per_node <= c.cores_per_node) return 1;
+  return double(c.cores_per_node) / c.devices_per_node;
+}
+
 double gemm_time(const ClusterSpec& c, double flops, double count) {
   if (flops <= 0 || count <= 0) return 0;
-  return count * flops / (c.peak_flops * gemm_efficiency(c.eff, flops));
+  return count * flops / (c.peak_flops * compute_share(c) * gemm_efficiency(c.eff, flops));
 }
 
 namespace {

@@ -11,6 +11,9 @@ namespace tensorpar::plan {
 
 // Fraction of peak a GEMM of `flops` reaches: gemm_max * x / (x + gemm_half_flops).
 double gemm_efficiency(const EfficiencySpec& e, double flops);
+// The share of its peak a device computes at: cores / devices where a CPU node's ranks outnumber
+// its cores (ClusterSpec::cores_per_node; they time-slice them), else 1.
+double compute_share(const ClusterSpec& c);
 // Time of `count` GEMMs of `flops` each.
 double gemm_time(const ClusterSpec& c, double flops, double count = 1);
 double memory_time(const ClusterSpec& c, double bytes);

@@ -28,6 +28,8 @@ int parse_int(const std::string& key, const std::string& v) {
 
 nlohmann::json train_estimate_json(const TrainEstimate& e) {
   const TrainPlan& p = e.plan;
+  std::vector<double> stage_gib;
+  for (double bytes : e.stage_memory_bytes) stage_gib.push_back(bytes / kGiB);
   return {{"tp", p.tp},
           {"pp", p.pp},
           {"dp", p.dp},
@@ -40,6 +42,7 @@ nlohmann::json train_estimate_json(const TrainEstimate& e) {
           {"zero", p.zero},
           {"fits", e.fits},
           {"memory_gib_per_device", e.memory.total() / kGiB},
+          {"memory_gib_per_stage", stage_gib},
           {"step_time_s", e.step_time_s},
           {"tokens_per_s", e.tokens_per_s},
           {"tflops_per_device", e.hardware_flops_per_device * 1e-12},

@@ -76,21 +76,22 @@ double layer_params_local(const ModelSpec& m, int tp, int ep) {
   return p;
 }
 
-struct StageParams {
-  double first = 0, last = 0;  // parameters per device of the first and the last stage
-};
-StageParams stage_params(const ModelSpec& m, const TrainPlan& p) {
+// Layers of pipeline stage i: an even split, the earlier stages taking one more where it does
+// not divide (as the trainer splits them).
+int64_t stage_layers(const ModelSpec& m, int pp, int i) {
+  return m.layers / pp + (i < m.layers % pp ? 1 : 0);
+}
+
+// Parameters per device of pipeline stage i: its layers, the embedding on the first, the final
+// norm and LM head on the last.
+double stage_params(const ModelSpec& m, const TrainPlan& p, int i) {
   const LocalSizes l = local_sizes(m, p.tp);
-  const double layers = double(ceil_div(m.layers, p.pp));
-  const double body = layers * layer_params_local(m, p.tp, p.ep);
+  const double body = double(stage_layers(m, p.pp, i)) * layer_params_local(m, p.tp, p.ep);
   const double emb = (l.vocab + double(m.positions)) * double(m.hidden);
   // The head needs its own copy of a tied embedding when it lives on another stage.
   const bool own_head = !m.tied_embeddings || p.pp > 1;
   const double head = m.norm_vectors * double(m.hidden) + (own_head ? l.vocab * m.hidden : 0.0);
-  StageParams s;
-  s.first = body + emb + (p.pp == 1 ? head : 0.0);
-  s.last = p.pp == 1 ? s.first : body + head;
-  return s;
+  return body + (i == 0 ? emb : 0.0) + (i == p.pp - 1 ? head : 0.0);
 }
 
 // One micro-batch through one layer on one device: forward, backward and recomputation.
@@ -233,8 +234,8 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
                        : send_time(c.intra, c, bytes);
     e.time.pp_comm = 2 * (mm * p.interleave + p.pp - 1) * one;
   }
-  const StageParams sp = stage_params(m, p);
-  const double params = std::max(sp.first, sp.last);
+  double params = 0;  // the fullest stage's
+  for (int i = 0; i < p.pp; ++i) params = std::max(params, stage_params(m, p, i));
   const GroupShape dp{p.dp, p.tp};
   double dp_time = p.zero == 1 ? all_gather_time(c, dp, params * w.grad_bytes) +
                                      all_gather_time(c, dp, params * w.weight_bytes)
@@ -247,9 +248,22 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
   // AdamW reads weights, grads, master weights and two moments, and writes all but the grads.
   const double adam_bytes = 2 * (w.weight_bytes + w.optimizer_bytes) + w.grad_bytes;
   e.time.optimizer = memory_time(c, adam_bytes * params / (p.zero == 1 ? p.dp : 1));
+  if (compute_share(c) < 1 && p.pp > 1) {
+    // Ranks time-slicing a CPU's cores: a stage that waits (the bubble, a slower stage) leaves
+    // its core to the others, so the pipeline takes the node's work over its cores, i.e. the
+    // stages' busy time averaged over the stages at the ranks' share of a core, or at least the
+    // busiest stage's own work at a whole core. Its parts scale to that time; no bubble is left.
+    TrainTime& t = e.time;
+    const double busy = t.gemm + t.attention + t.elementwise + t.tp_comm + t.ep_comm + t.pp_comm;
+    const double average = mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
+    const double scale = std::min(1.0, std::max(average, compute_share(c) * busy) / busy);
+    for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm})
+      *part *= scale;
+    t.bubble = 0;
+  }
   e.step_time_s = e.time.total();
 
-  // Memory on the fuller of the first and last stages.
+  // Memory per device of every stage; the plan's figure is the fullest stage's.
   const double opt_div = p.zero == 1 ? p.dp : 1;
   const bool tp_buffers = c.eff.tensorpar_buffers;
   const double act_layer = act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, p.recompute,
@@ -261,28 +275,28 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
   const double state = tp_buffers ? act_scale * kAct * rows * C * 3 : 0;
   const double head_state = tp_buffers ? act_scale * kAct * rows * C : 0;
   const double sp_scratch = tp_buffers && p.sp ? act_scale * kAct * b * s * C * 3 : 0;
-  // 1F1B: the first stage keeps min(m, p) micro-batches in flight; interleaving adds
-  // (p - 1) / (p v) of that (Korthikanti et al. 2022, section 4.2.3).
-  double in_flight = double(std::min<int64_t>(m_micro, p.pp));
-  if (p.interleave > 1) in_flight *= 1 + double(p.pp - 1) / (double(p.pp) * p.interleave);
-  double act_first = layers_stage * act_layer * in_flight;
-  if (p.recompute == Recompute::kFull)  // one layer's activations while it is recomputed
-    act_first += act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, Recompute::kNone,
-                                                    c.eff.fused_attention, tp_buffers);
-  act_first += state * in_flight + sp_scratch;
+  // 1F1B: stage i keeps min(m, p - i) micro-batches in flight; interleaving adds (p - 1) / (p v)
+  // of that (Korthikanti et al. 2022, section 4.2.3, for the first stage; taken for every one).
+  const double interleaved = p.interleave > 1 ? 1 + double(p.pp - 1) / (double(p.pp) * p.interleave) : 1;
+  // Full recomputation: one layer's activations while it is recomputed.
+  const double recomputed = p.recompute == Recompute::kFull
+                                ? act_scale * layer_activation_bytes(m, b, s, p.tp, p.sp, Recompute::kNone,
+                                                                     c.eff.fused_attention, tp_buffers)
+                                : 0;
   const double logits = 2 * 4 * b * s * local_sizes(m, p.tp).vocab;  // fp32 logits + gradient
-  const double act_last = (p.pp == 1 ? act_first : layers_stage * act_layer + state + sp_scratch) + logits +
-                          head_state;
-  auto stage_total = [&](double prm, double act) {
-    return prm * (w.weight_bytes + w.grad_bytes + w.optimizer_bytes / opt_div) + act;
-  };
-  const bool first_fuller = stage_total(sp.first, act_first) >= stage_total(sp.last, act_last);
-  const double prm = first_fuller ? sp.first : sp.last;
-  e.memory.weights = prm * w.weight_bytes;
-  e.memory.grads = prm * w.grad_bytes;
-  e.memory.optimizer = prm * w.optimizer_bytes / opt_div;
-  e.memory.activations = first_fuller ? act_first : act_last;
-  e.memory.reserved = c.reserved_bytes;
+  for (int i = 0; i < p.pp; ++i) {
+    const double in_flight = double(std::min<int64_t>(m_micro, p.pp - i)) * interleaved;
+    TrainMemory mem;
+    const double prm = stage_params(m, p, i);
+    mem.weights = prm * w.weight_bytes;
+    mem.grads = prm * w.grad_bytes;
+    mem.optimizer = prm * w.optimizer_bytes / opt_div;
+    mem.activations = double(stage_layers(m, p.pp, i)) * act_layer * in_flight + recomputed +
+                      state * in_flight + sp_scratch + (i == p.pp - 1 ? logits + head_state : 0.0);
+    mem.reserved = c.reserved_bytes;
+    e.stage_memory_bytes.push_back(mem.total());
+    if (mem.total() > e.memory.total()) e.memory = mem;
+  }
   e.fits = e.memory.total() <= c.memory_bytes;
 
   // Throughput figures.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "plan/cluster.h"
 #include "plan/model_spec.h"
@@ -52,7 +53,8 @@ struct TrainTime {                                  // seconds per iteration on 
 
 struct TrainEstimate {
   TrainPlan plan;
-  TrainMemory memory;
+  TrainMemory memory;                    // the fullest pipeline stage's device
+  std::vector<double> stage_memory_bytes;  // per device of each pipeline stage, first to last
   TrainTime time;
   int64_t micro_batches = 0;  // m per pipeline per iteration
   double step_time_s = 0;

@@ -140,6 +140,21 @@ TEST(Calibrate, RecoversTheGeneratingConstants) {
   }
   const ClusterSpec s3 = calibrate_cluster(parse_gemm_bench(mixed, "f32"), comm_rows, mem, 2, 8e9);
   EXPECT_NEAR(std::log10(s3.eff.gemm_half_flops), 7.0, 0.03);
+  // Training rates below the fastest row: the curve's maximum is fitted too. Six rows on a curve
+  // reaching 0.8 of the fastest, which is one large GEMM at 100 GFLOP/s.
+  std::string below = "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":512,\"n\":1,\"k\":" +
+                      std::to_string(1e11 / 1024) + ",\"gflops\":100.0}\n";
+  for (double f : {1e6, 3e6, 1e7, 1e8, 1e9, 1e10}) {
+    const double rate = 80e9 * f / (f + 1e7);
+    below += "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":512,\"n\":1,\"k\":" +
+             std::to_string(f / 1024) + ",\"gflops\":" + std::to_string(rate * 1e-9) + "}\n";
+  }
+  const ClusterSpec s4 = calibrate_cluster(parse_gemm_bench(below, "f32"), comm_rows, mem, 2, 8e9);
+  EXPECT_DOUBLE_EQ(s4.peak_flops, 100e9);
+  // Least squares in log time: the six rows at 0.8 and the one at 1.0 give 0.85.
+  EXPECT_GT(s4.eff.gemm_max, 0.79);
+  EXPECT_LT(s4.eff.gemm_max, 0.90);
+  EXPECT_NEAR(std::log10(s4.eff.gemm_half_flops), 7.0, 0.1);
   // A row that timed the backward GEMMs too counts at its training rate.
   const auto rows = parse_gemm_bench(
       "{\"bench\":\"gemm\",\"dtype\":\"f32\",\"m\":512,\"n\":64,\"k\":64,\"gflops\":200.0,"

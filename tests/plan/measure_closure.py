@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Closure of the planner on this machine: predicted vs measured tensorpar training step time
-and peak memory for every (tp, pp, dp) on 1-2 ranks, and decode speed of the default SmolLM2 model
-at tp 1 and 2, after `tensorpar plan --calibrate`. Prints a Markdown table (docs/planner.md)
+and peak memory for every (tp, pp, dp) on 1-4 ranks (one thread each; more ranks than cores
+time-slice them), and decode speed of the default SmolLM2 model at tp 1 and 2, after
+`tensorpar plan --calibrate` for each rank count. Prints a Markdown table (docs/planner.md)
 and draws docs/img/planner_closure.png (predicted against measured; standard library only).
 
 Usage: python3 tests/plan/measure_closure.py --plan-bin build-plan/bin/tensorpar \
-           --run-bin build/bin/tensorpar [--rounds 3] [--png docs/img/planner_closure.png]
+           --run-bin build/bin/tensorpar [--rounds 3] [--png docs/img/planner_closure.png] \
+           [--save R.json] [--load R.json --cluster R.json.cluster{n}.json]
 Not a ctest: it measures wall time on a shared machine.
 """
 import argparse
@@ -22,7 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOKENIZER = os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.json")
 DATA = "/usr/share/games/fortunes/computers"
 GGUF = os.path.join(REPO, "models/SmolLM2-135M-Instruct.Q4_1.gguf")
-MODEL = dict(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seq=128, batch=8, vocab=1503)
+MODEL = dict(layers=6, hidden=384, heads=6, kv_heads=2, ffn=1024, seq=128, batch=12, vocab=1503)
 RED, BLUE = [200, 30, 30], [30, 60, 200]  # plot: times (s), memory (GiB)
 PROMPT = "The quick brown fox jumps over the lazy dog. " * 4
 
@@ -46,9 +48,11 @@ def run_rss(cmd):
     return p.stdout, rss_kib * 1024
 
 
-# (tp, pp, dp) and the micro-batch: the whole batch per DP rank, except through the pipeline
-# (4 micro-batches of 2, so the stages overlap).
-LAYOUTS = [(1, 1, 1, 8), (2, 1, 1, 8), (1, 2, 1, 2), (1, 1, 2, 4)]
+# Every (tp, pp, dp) of 1-4 ranks with the micro-batch: the whole batch per DP rank, except
+# through a pipeline (micro-batches of 2, so the stages overlap).
+LAYOUTS = [(tp, pp, dp, 2 if pp > 1 else MODEL["batch"] // dp)
+           for n in (1, 2, 3, 4) for tp in (1, 2, 3, 4) for pp in (1, 2, 3, 4) for dp in (1, 2, 3, 4)
+           if tp * pp * dp == n]
 
 
 def measure_train(a, tp, pp, dp, mb):
@@ -73,8 +77,8 @@ def predict_train(a, cluster, tp, pp, dp, mb):
            "--fix", f"tp={tp},pp={pp},dp={dp},micro_batch={mb},recompute=none",
            "--json"]
     plan = json.loads(run(cmd)[0])["plans"][0]
-    # The process's memory: every rank's (the fullest stage's figure for each stage: an upper bound).
-    return plan["step_time_s"], plan["memory_gib_per_device"] * 2**30 * tp * pp * dp
+    # The process's memory: every rank's, each stage's own figure.
+    return plan["step_time_s"], sum(plan["memory_gib_per_stage"]) * 2**30 * tp * dp
 
 
 def measure_decode(a, tp):
@@ -133,19 +137,25 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=32)
-    ap.add_argument("--cluster", help="use this cluster file instead of calibrating")
+    ap.add_argument("--cluster", help="use these cluster files instead of calibrating: a path "
+                    "with {n} for the rank count (2, 3, 4), as --save writes them")
     ap.add_argument("--png")
     ap.add_argument("--save", help="write the measurements (and the cluster) to this JSON file")
     ap.add_argument("--load", help="predict only, against measurements saved with --save")
     a = ap.parse_args()
-    cluster = a.cluster
-    if not cluster:
-        cluster = os.path.join(tempfile.mkdtemp(), "this-machine.json")
-        print("calibrating (bench gemm, bench comm)", file=sys.stderr)
-        run([a.plan_bin, "plan", "--calibrate", cluster, "--devices", "2"])
-    print(f"cluster: {json.dumps(json.load(open(cluster)))}", file=sys.stderr)
-    if a.save:
-        json.dump(json.load(open(cluster)), open(a.save + ".cluster.json", "w"), indent=1)
+    # One calibration per rank count: the all-reduce and the shared memory bus depend on it.
+    clusters = {}
+    for n in (2, 3, 4):
+        if a.cluster:
+            clusters[n] = a.cluster.replace("{n}", str(n))
+        else:
+            clusters[n] = os.path.join(tempfile.mkdtemp(), f"this-machine-{n}.json")
+            print(f"calibrating {n} ranks (bench gemm, bench comm)", file=sys.stderr)
+            run([a.plan_bin, "plan", "--calibrate", clusters[n], "--devices", str(n)])
+        print(f"cluster {n}: {json.dumps(json.load(open(clusters[n])))}", file=sys.stderr)
+        if a.save:
+            json.dump(json.load(open(clusters[n])), open(f"{a.save}.cluster{n}.json", "w"), indent=1)
+    clusters[1] = clusters[2]  # --devices 1 below
     print(f"load average before: {os.getloadavg()}", file=sys.stderr)
     if a.load:
         measured = json.load(open(a.load))
@@ -163,7 +173,7 @@ def main():
         tp, pp, dp, mb = map(int, key.split(","))
         step = statistics.median(x[0] for x in meas)
         rss = statistics.median(x[1] for x in meas)
-        pred_step, pred_mem = predict_train(a, cluster, tp, pp, dp, mb)
+        pred_step, pred_mem = predict_train(a, clusters[tp * pp * dp], tp, pp, dp, mb)
         name = f"tp {tp} pp {pp} dp {dp}, micro-batch {mb}"
         rows.append((f"train step, {name}", step, pred_step, "s", [round(x[0], 4) for x in meas]))
         rows.append((f"train peak RSS (process), {name}", rss / 2**20, pred_mem / 2**20,
@@ -173,7 +183,7 @@ def main():
     for key, meas in measured["decode"].items():
         tp = int(key)
         itl = statistics.median(x[0] for x in meas)
-        pred = predict_decode(a, cluster, tp, meas[0][1])
+        pred = predict_decode(a, clusters[max(2, tp)], tp, meas[0][1])
         rows.append((f"decode ITL, SmolLM2 Q4_1, tp {tp}", itl * 1e3, pred * 1e3, "ms",
                      [round(x[0] * 1e3, 2) for x in meas]))
         points.append((itl, pred, RED))
