@@ -5,7 +5,8 @@ windows of --ctx tokens from an empty cache, as `tensorpar perplexity`) at each 
 text of a few prompts (each engine tokenizes the prompt itself; the generated text is compared).
 
 Usage: PY=$(tools/venv.sh bench) && "$PY" bench/model_vs_llamacpp.py --model models/gemma-3-270m-q4_k_m.gguf
-         [--bin build/bin/tensorpar] [--tp 1,2,3] [--ctx 1024] [--chars 12000] [--kv-dtype f16|f32] [--out FILE.json]
+         [--bin build/bin/tensorpar] [--tp 1,2,3] [--ctx 1024] [--chars 12000] [--kv-dtype f16|f32]
+         [--tp-invariant] [--out FILE.json]
 Where a greedy text differs, the llama.cpp token it first differs at is named with llama.cpp's own
 top-1/top-2 logit margin there.
 """
@@ -73,8 +74,11 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-dtype", default="f16", choices=["f32", "f16"],
                     help="tensorpar's KV cache (f16: as llama.cpp's default cache, which it is compared with)")
+    ap.add_argument("--tp-invariant", action="store_true",
+                    help="run tensorpar with --tp-invariant (logits bitwise the same at every --tp)")
     ap.add_argument("--out")
     a = ap.parse_args()
+    extra = ["--tp-invariant"] if a.tp_invariant else []
     import llama_cpp
     llamacpp_ppl.disable_weight_repacking()
     text = open(a.text, encoding="utf-8").read()[:a.chars]
@@ -84,7 +88,7 @@ def main():
     res = {"model": a.model, "llama_cpp_python": llama_cpp.__version__,
            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "weight_repacking": False,
            "ctx": a.ctx, "tokens": len(ids), "scored": scored, "llama_ppl": math.exp(nll / scored),
-           "kv_dtype": a.kv_dtype, "greedy": {}, "greedy_llama_steps": {}, "greedy_divergence": {}, "tp": {}}
+           "kv_dtype": a.kv_dtype, "tp_invariant": a.tp_invariant, "greedy": {}, "greedy_llama_steps": {}, "greedy_divergence": {}, "tp": {}}
     for p in PROMPTS:
         text, steps = llama_greedy(llm, p, a.max_tokens)
         res["greedy"][p] = {"llama": text}
@@ -97,11 +101,11 @@ def main():
     for tp in [int(x) for x in a.tp.split(",")]:
         thr = max(1, a.threads // tp)
         ppl = tensorpar_json([a.bin, "perplexity", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
-                              "--ctx", str(a.ctx), "--tokens-file", tok_file, "--kv-dtype", a.kv_dtype, "--json"])
+                              "--ctx", str(a.ctx), "--tokens-file", tok_file, "--kv-dtype", a.kv_dtype, "--json"] + extra)
         res["tp"][tp] = {"ppl": ppl["ppl"], "scored": ppl.get("scored")}
         for p in PROMPTS:
             g = tensorpar_json([a.bin, "generate", "--model", a.model, "--tp", str(tp), "--threads-per-rank", str(thr),
-                                "--prompt", p, "--max-tokens", str(a.max_tokens), "--kv-dtype", a.kv_dtype, "--json"])
+                                "--prompt", p, "--max-tokens", str(a.max_tokens), "--kv-dtype", a.kv_dtype, "--json"] + extra)
             res["greedy"][p][f"tp{tp}"] = g["text"]
             res["greedy_divergence"][p][f"tp{tp}"] = divergence(res["greedy_llama_steps"][p], g["text"])
     os.unlink(tok_file)

@@ -61,6 +61,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "Keys and values in the KV cache: f32 | f16 (half the memory, so twice the "
                  "tokens; the query rounded to f16 for the scores, as llama.cpp's default cache)")
       ->check(CLI::IsMember({"f32", "f16"}));
+  cmd.add_flag("--tp-invariant", opts.tp_invariant,
+               "Logits bitwise the same at every --tp: the row-parallel layers (attention output, MLP "
+               "down) hold whole rows and gather their input instead of summing partial products "
+               "(one all-gather more per layer)");
   cmd.add_option("--pp", opts.pp,
                  "Pipeline stages: the layers split over this many groups of tp ranks (world tp x pp), "
                  "each rank holding its stage's weights and KV cache")
@@ -122,6 +126,7 @@ void run_with_model(const char* command, const CommonOptions& given, const Model
     check_tp_size(world.size() / pp, config, command);
     LoadOptions lo;
     lo.float_weights = mopts.dtype == "auto" ? std::nullopt : std::optional(dtype_from_name(mopts.dtype));
+    lo.tp_invariant = mopts.tp_invariant;
     // Every collective of the model goes through a timer (a server reports time in collectives).
     TimedCommunicator timed(world);
     std::optional<DeviceMesh> mesh;

@@ -22,6 +22,7 @@ struct ModelOptions {
   std::string tokenizer;      // tokenizer (+ chat template) source; "" = the model's
   std::string activations = "int8";  // quantized weights multiply: int8 | f32 activations
   std::string kv_dtype = "f32";      // KV cache elements: f32 | f16
+  bool tp_invariant = false;         // logits bitwise the same at every --tp (LoadOptions)
   int pp = 1;                        // pipeline stages (the world is tp x pp ranks)
   std::vector<int64_t> pp_layers;    // layers per stage (empty: even)
   int64_t pp_micro_rows = 64;        // rows per micro-batch through the stages (0: never cut)

@@ -116,6 +116,21 @@ int64_t Transformer::weight_bytes() const {
 }
 
 void Transformer::load_weights(const WeightSource& src) {
+  if (src.options().tp_invariant) {
+    // Row-parallel layers hold whole rows (RowParallelLinear::hold_whole_rows): every output
+    // computed over all of K on one rank, so the logits are bitwise those of tp 1.
+    for (int64_t l = span_.first; l < span_.last; ++l) {
+      TransformerLayer& L = layer(l);
+      L.attn().o().hold_whole_rows(tp_);
+      if (!L.is_moe()) {
+        L.mlp().down().hold_whole_rows(tp_);
+        continue;
+      }
+      for (int64_t e = L.moe().local_experts().begin; e < L.moe().local_experts().end; ++e)
+        L.moe().expert(e).down().hold_whole_rows(tp_);
+      if (L.moe().has_shared()) L.moe().shared().down().hold_whole_rows(tp_);
+    }
+  }
   if (config_.family == ArchFamily::kGpt2)
     load_gpt2(*this, src);
   else if (config_.family == ArchFamily::kGemma3)

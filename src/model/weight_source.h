@@ -20,6 +20,9 @@ struct LoadOptions {
   // their stored type (bf16, f16), others become f32.
   std::optional<DType> float_weights = DType::kF32;
   bool keep_quantized = true;         // block-quantized matrices stay quantized; false: dequantize to f32
+  // Inference: row-parallel layers hold whole rows of their weight and gather their input, so
+  // the logits are bitwise the same at every TP size (RowParallelLinear::hold_whole_rows).
+  bool tp_invariant = false;
 };
 
 struct FallbackLog;

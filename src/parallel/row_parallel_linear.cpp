@@ -1,6 +1,7 @@
 // RowParallelLinear (see row_parallel_linear.h).
 #include "parallel/row_parallel_linear.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -9,6 +10,19 @@
 #include "parallel/slice_loader.h"
 
 namespace tensorpar {
+
+namespace {
+
+// dst (rows, W) columns [c0, c0 + w) = src (rows, w); both f32 with unit column stride.
+void copy_columns(Tensor dst, int64_t c0, const Tensor& src) {
+  const int64_t rows = src.dim(0), w = src.dim(1);
+  const int64_t ds = dst.strides()[0], ss = src.strides()[0];
+  float* d = dst.data<float>() + c0;
+  const float* x = src.data<float>();
+  for (int64_t r = 0; r < rows; ++r) std::copy(x + r * ss, x + r * ss + w, d + r * ds);
+}
+
+}  // namespace
 
 RowParallelLinear::RowParallelLinear(int64_t in_features, int64_t out_features, bool has_bias,
                                      int tp_size, int tp_rank)
@@ -34,12 +48,32 @@ void RowParallelLinear::zero_grad() {
   if (d_bias_.numel() > 0) d_bias_.fill_zero();
 }
 
+void RowParallelLinear::hold_whole_rows(Communicator& tp) {
+  TP_CHECK(tp.size() == int(ranges_.size()) && tp.rank() == rank_, "[RowParallelLinear::hold_whole_rows] group ",
+           tp.name(), " rank ", tp.rank(), " of ", tp.size(), ", expected rank ", rank_, " of ", ranges_.size());
+  whole_rows_ = &tp;
+  weight_ = Tensor::zeros({out_range().size(), in_}, DType::kF32);
+  d_weight_ = Tensor();
+}
+
+Range RowParallelLinear::out_range() const {
+  return whole_rows_ ? partition_even(out_, int(ranges_.size()), rank_) : Range{0, out_};
+}
+
 void RowParallelLinear::load(const SliceLoader& weight, const SliceLoader& bias) {
-  Tensor w = weight(1, in_range());
-  TP_CHECK(w.shape() == (Shape{out_, in_local()}), "[RowParallelLinear::load] weight columns ",
-           range_str(in_range()), ": got ", w.describe(), ", expected ",
-           shape_str({out_, in_local()}), " (rank ", rank_, ")");
-  weight_ = std::move(w);
+  if (whole_rows_) {
+    Tensor w = weight(0, out_range());
+    TP_CHECK(w.shape() == (Shape{out_range().size(), in_}), "[RowParallelLinear::load] weight rows ",
+             range_str(out_range()), ": got ", w.describe(), ", expected ", shape_str({out_range().size(), in_}),
+             " (rank ", rank_, ")");
+    weight_ = std::move(w);
+  } else {
+    Tensor w = weight(1, in_range());
+    TP_CHECK(w.shape() == (Shape{out_, in_local()}), "[RowParallelLinear::load] weight columns ",
+             range_str(in_range()), ": got ", w.describe(), ", expected ",
+             shape_str({out_, in_local()}), " (rank ", rank_, ")");
+    weight_ = std::move(w);
+  }
   d_weight_ = Tensor();
   if (has_bias_) {
     TP_CHECK(bool(bias), "[RowParallelLinear::load] the layer has a bias but no bias loader");
@@ -52,6 +86,7 @@ void RowParallelLinear::load(const SliceLoader& weight, const SliceLoader& bias)
 }
 
 void RowParallelLinear::init_normal(float stddev, uint64_t seed, uint64_t tensor_id) {
+  TP_CHECK(!whole_rows_, "[RowParallelLinear::init_normal] a layer holding whole rows is for inference: load it");
   weight_ = Tensor::empty({out_, in_local()}, DType::kF32);
   init_normal_sliced(weight_, {out_, in_}, 1, in_range(), stddev, seed, tensor_id);
   if (has_bias_) bias_ = Tensor::zeros({out_}, DType::kF32);
@@ -66,11 +101,37 @@ void RowParallelLinear::forward_partial(MatmulEngine& eng, Tensor& out, const Te
            ", expected in (..., ", in_local(), ") and contiguous f32 out (..., ", out_,
            ") (rank ", rank_, ")");
   if (out.numel() == 0) return;
+  if (whole_rows_) return forward_whole_rows(eng, out, in);
   if (in_local() == 0) {  // this rank owns no columns: its partial sum is zero
     out.fill_zero();
     return;
   }
   matmul_forward(eng, out, in, weight_, nullptr);
+}
+
+void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const Tensor& in) const {
+  // Gather the input's columns from every rank: uneven shards travel padded to the widest.
+  const int64_t rows = out.numel() / out_;
+  const int n = int(ranges_.size());
+  int64_t widest = 0;
+  for (const Range& r : ranges_) widest = std::max(widest, r.size());
+  const Tensor x = in.contiguous();
+  Tensor mine = scratch_rows(gathered_in_, rows, widest);
+  if (in_local() > 0) copy_columns(mine, 0, x.reshape({rows, in_local()}));
+  Tensor all = scratch_rows(gathered_, rows * n, widest);
+  whole_rows_->all_gather(mine.raw(), all.raw(), rows * widest, DType::kF32);
+  Tensor full = Tensor::empty({rows, in_}, DType::kF32);
+  for (int r = 0; r < n; ++r)
+    if (ranges_[size_t(r)].size() > 0)
+      copy_columns(full, ranges_[size_t(r)].begin,
+                   all.slice(0, r * rows, (r + 1) * rows).slice(1, 0, ranges_[size_t(r)].size()));
+  // This rank's outputs over the whole of K; zeros in the others' columns.
+  out.fill_zero();
+  const Range own = out_range();
+  if (own.size() == 0) return;
+  Tensor y = scratch_rows(own_out_, rows, own.size());
+  matmul_forward(eng, y, full, weight_, nullptr);
+  copy_columns(out.reshape({rows, out_}), own.begin, y);
 }
 
 void RowParallelLinear::add_bias(Tensor& out) const {
@@ -100,6 +161,8 @@ void RowParallelLinear::backward(MatmulEngine& eng, Tensor* d_in, const Tensor& 
   TP_CHECK(d_out.ndim() == in.ndim() && d_out.dim(-1) == out_ && in.dim(-1) == in_local(),
            "[RowParallelLinear::backward] got d_out ", d_out.describe(), ", in ", in.describe(),
            ", expected d_out (..., ", out_, ") and in (..., ", in_local(), ") (rank ", rank_, ")");
+  TP_CHECK(!whole_rows_, "[RowParallelLinear::backward] a layer holding whole rows (tp_invariant) is for "
+           "inference only");
   ensure_grad(d_weight_, {out_, in_local()});
   if (has_bias_) ensure_grad(d_bias_, {out_});
   if (d_out.numel() == 0) return;

@@ -1,6 +1,14 @@
 // RowParallelLinear: y = x W^T + b with W (out, in) split by columns (input features) over the
 // TP group. Input Sharded(last) -> Partial -> g (all-reduce) -> Replicated; the bias is added
 // once, after the reduce, so the result does not depend on the TP size beyond summation order.
+//
+// hold_whole_rows() (inference, LoadOptions::tp_invariant) removes that order too: each rank
+// holds whole rows of W (output features), gathers the full input and computes its outputs over
+// all of K, exactly as one rank would; its "partial" result is those columns with zeros elsewhere,
+// so the same all-reduce (or reduce-scatter) adds only zeros to each value: the output is bitwise
+// the TP = 1 output at any TP size (given kernels whose result for an output does not depend on
+// which other outputs share the call, which the CPU kernels guarantee). It costs an all-gather
+// of the input per call.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +38,7 @@ class RowParallelLinear {
   const std::vector<Range>& in_ranges() const { return ranges_; }
   bool has_bias() const { return has_bias_; }
 
-  Tensor& weight() { return weight_; }  // (out, in_local): f32, bf16 or block-quantized
+  Tensor& weight() { return weight_; }  // (out, in_local) or (out_local, in): f32, bf16 or block-quantized
   Tensor& bias() { return bias_; }      // (out) f32, Replicated; undefined without bias
   const Tensor& weight() const { return weight_; }
   const Tensor& bias() const { return bias_; }
@@ -40,7 +48,15 @@ class RowParallelLinear {
   Tensor& d_bias() { return d_bias_; }
   void zero_grad();
 
-  // Takes columns in_range() of the full weight (out, in) and the whole bias (out).
+  // Before load: this rank holds rows out_range() of W (out, in) instead of columns, and
+  // forward_partial gathers its input over `tp` (kept by reference; the layer's own group).
+  // Inference only: backward throws.
+  void hold_whole_rows(Communicator& tp);
+  bool holds_whole_rows() const { return whole_rows_ != nullptr; }
+  Range out_range() const;  // with hold_whole_rows: this rank's rows; else all of them
+
+  // Takes columns in_range() of the full weight (out, in) (rows out_range() with
+  // hold_whole_rows) and the whole bias (out).
   void load(const SliceLoader& weight, const SliceLoader& bias = nullptr);
   // Weight: this rank's columns of a full N(0, stddev^2) matrix (init_normal_sliced); bias zeros.
   void init_normal(float stddev, uint64_t seed, uint64_t tensor_id);
@@ -59,11 +75,15 @@ class RowParallelLinear {
   void backward(MatmulEngine& eng, Tensor* d_in, const Tensor& d_out, const Tensor& in);
 
  private:
+  void forward_whole_rows(MatmulEngine& eng, Tensor& out, const Tensor& in) const;
+
   int64_t in_ = 0, out_ = 0;
   bool has_bias_ = false;
   std::vector<Range> ranges_;
   int rank_ = 0;
   Tensor weight_, bias_, d_weight_, d_bias_;
+  Communicator* whole_rows_ = nullptr;  // hold_whole_rows' group
+  mutable Tensor gathered_, gathered_in_, own_out_;  // its scratch
 };
 
 }  // namespace tensorpar

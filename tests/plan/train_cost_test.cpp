@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "plan/comm_cost.h"
 
 namespace tensorpar::plan {
@@ -108,6 +110,39 @@ TEST(TrainCost, TpOverlapHidesTheBackwardsTwoCollectives) {
                 1e-12);
     EXPECT_EQ(overlapped.time.gemm, plain.time.gemm);
   }
+}
+
+// Four ranks time-slicing two cores: a pipeline of 4 stages takes the node's work over its cores,
+// i.e. half of what one rank on one core takes for the whole model, plus the transfers; no bubble.
+TEST(TrainCost, TimeSlicedPipelineIsTheNodesWorkOverItsCores) {
+  const ModelSpec m = gpt();  // 16 layers: 4 stages of 4
+  const TrainWorkload w{16, 1024};
+  const TrainPlan whole_plan{1, 1, 1, 1, false, 1, 1, Recompute::kNone, 0};
+  const TrainPlan staged{1, 4, 1, 1, false, 1, 1, Recompute::kNone, 0};
+  ClusterSpec one = ideal(1), four = ideal(4);
+  one.cores_per_node = 1;
+  four.cores_per_node = 2;
+  // One memory bus: the four ranks stream at half a core's rate each, the lone rank at its own.
+  one.node_memory_Bps = four.node_memory_Bps = 2 * four.memory_Bps * four.eff.memory;
+  const TrainEstimate whole = estimate_train(m, one, w, whole_plan);
+  const TrainEstimate sliced = estimate_train(m, four, w, staged);
+  ClusterSpec own = four;  // the same four devices, each on a core of its own
+  own.cores_per_node = 0;
+  own.node_memory_Bps = 0;
+  const TrainEstimate unsliced = estimate_train(m, own, w, staged);
+  auto pipeline = [](const TrainTime& t) {
+    return t.gemm + t.attention + t.elementwise + t.tp_comm + t.ep_comm + t.pp_comm + t.bubble;
+  };
+  EXPECT_NEAR(pipeline(sliced.time) / (pipeline(whole.time) / 2 + unsliced.time.pp_comm), 1.0, 1e-9);
+  EXPECT_EQ(sliced.time.bubble, 0);
+  EXPECT_GT(unsliced.time.bubble, 0);
+  // Each stage's memory: stage 0 holds 4 micro-batches in flight and the embedding, stage 3 one
+  // and the head; the plan's figure is the fullest.
+  ASSERT_EQ(sliced.stage_memory_bytes.size(), 4u);
+  EXPECT_GT(sliced.stage_memory_bytes[0], sliced.stage_memory_bytes[1]);
+  EXPECT_GT(sliced.stage_memory_bytes[1], sliced.stage_memory_bytes[2]);
+  EXPECT_DOUBLE_EQ(sliced.memory.total(), *std::max_element(sliced.stage_memory_bytes.begin(),
+                                                            sliced.stage_memory_bytes.end()));
 }
 
 TEST(TrainCost, OrderingProperties) {
