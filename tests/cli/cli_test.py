@@ -557,6 +557,20 @@ class Pipeline(CliCase):
                 r = run([*ppl, "--tp", tp, "--pp", pp])
                 self.assert_ok(r)
                 self.assertEqual(json.loads(r.stdout)["ppl"], json.loads(want.stdout)["ppl"], (tp, pp))
+            # --tp-invariant reaches the model at tp 2, alone and in stages: tp 1's greedy text, and
+            # its perplexity but for the log-sum-exp over the vocabulary shards, which still sums in
+            # pieces (the logits themselves are bitwise tp 1's: test_model's TpInvariant test).
+            one, one_text = run([*ppl, "--tp", "1"]), run([*gen, "--tp", "1"])
+            self.assert_ok(one)
+            self.assert_ok(one_text)
+            for layout in (["--tp", "2"], ["--tp", "2", "--pp", "2"]):
+                r = run([*ppl, "--tp-invariant", *layout])
+                self.assert_ok(r)
+                want_ppl = json.loads(one.stdout)["ppl"]
+                self.assertAlmostEqual(json.loads(r.stdout)["ppl"], want_ppl, delta=1e-7 * want_ppl, msg=layout)
+                r = run([*gen, "--tp-invariant", *layout])
+                self.assert_ok(r)
+                self.assertEqual(r.stdout, one_text.stdout, layout)
             chat = ["chat", *base, "-n", "6", "--temperature", "0", "--json"]
             turns = "Hi there\nAnd again\n"
             want = run(chat, stdin=turns)
