@@ -71,14 +71,14 @@ std::vector<ParamShard> Transformer::parameters_gpt2() {
       append_param(out, p + "attn.c_attn." + names[i] + ".bias", qkv.part_bias(i), qkv.part_d_bias(i), {C}, 0,
                    qkv.part_range(i), qkv.part_copies(i));
     RowParallelLinear& o = L.attn().o();
-    append_param(out, p + "attn.c_proj.weight", o.weight(), o.d_weight(), {C, C}, 1, o.in_range());
+    append_param(out, p + "attn.c_proj.weight", o.weight(), o.d_weight(), {C, C}, o.shard_dim(), o.shard_range());
     append_param(out, p + "attn.c_proj.bias", o.bias(), o.d_bias(), {C}, -1, {0, C}, tp);
     norm(p + "ln_2", L.norm2());
     ColumnParallelLinear& fc = L.mlp().in();
     append_param(out, p + "mlp.c_fc.weight", fc.part_weight(0), fc.part_d_weight(0), {F, C}, 0, fc.part_range(0));
     append_param(out, p + "mlp.c_fc.bias", fc.part_bias(0), fc.part_d_bias(0), {F}, 0, fc.part_range(0));
     RowParallelLinear& down = L.mlp().down();
-    append_param(out, p + "mlp.c_proj.weight", down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
+    append_param(out, p + "mlp.c_proj.weight", down.weight(), down.d_weight(), {C, F}, down.shard_dim(), down.shard_range());
     append_param(out, p + "mlp.c_proj.bias", down.bias(), down.d_bias(), {C}, -1, {0, C}, tp);
     mark_grad_part(out, first, l);
   }

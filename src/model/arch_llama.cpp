@@ -142,7 +142,7 @@ void Transformer::append_qkv_params(std::vector<ParamShard>& out, TransformerLay
 void Transformer::append_o_param(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
   RowParallelLinear& o = L.attn().o();
   append_param(out, p + "self_attn.o_proj.weight", o.weight(), o.d_weight(),
-               {config_.hidden, config_.n_heads * config_.head_dim}, 1, o.in_range());
+               {config_.hidden, config_.n_heads * config_.head_dim}, o.shard_dim(), o.shard_range());
 }
 
 void Transformer::append_moe_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
@@ -155,7 +155,7 @@ void Transformer::append_moe_params(std::vector<ParamShard>& out, TransformerLay
     RowParallelLinear& down = moe.expert(e).down();
     append_param(out, m.expert(p, e, m.gate), gu.part_weight(0), gu.part_d_weight(0), {F, C}, 0, gu.part_range(0));
     append_param(out, m.expert(p, e, m.up), gu.part_weight(1), gu.part_d_weight(1), {F, C}, 0, gu.part_range(1));
-    append_param(out, m.expert(p, e, m.down), down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
+    append_param(out, m.expert(p, e, m.down), down.weight(), down.d_weight(), {C, F}, down.shard_dim(), down.shard_range());
   }
   if (ep_.dispatch)
     for (size_t i = out.size() - size_t(3 * moe.local_experts().size()); i < out.size(); ++i) out[i].expert = true;
@@ -167,8 +167,8 @@ void Transformer::append_moe_params(std::vector<ParamShard>& out, TransformerLay
                  gu.part_range(0));
     append_param(out, p + "mlp.shared_expert.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {Fs, C}, 0,
                  gu.part_range(1));
-    append_param(out, p + "mlp.shared_expert.down_proj.weight", down.weight(), down.d_weight(), {C, Fs}, 1,
-                 down.in_range());
+    append_param(out, p + "mlp.shared_expert.down_proj.weight", down.weight(), down.d_weight(), {C, Fs}, down.shard_dim(),
+                 down.shard_range());
     append_param(out, p + "mlp.shared_expert_gate.weight", moe.shared_gate_weight(), moe.shared_gate_grad(), {1, C},
                  -1, {0, 1}, tp_.size());
   }
@@ -184,7 +184,7 @@ void Transformer::append_mlp_params(std::vector<ParamShard>& out, TransformerLay
   append_param(out, p + "mlp.gate_proj.weight", gu.part_weight(0), gu.part_d_weight(0), {F, C}, 0, gu.part_range(0));
   append_param(out, p + "mlp.up_proj.weight", gu.part_weight(1), gu.part_d_weight(1), {F, C}, 0, gu.part_range(1));
   RowParallelLinear& down = L.mlp().down();
-  append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, F}, 1, down.in_range());
+  append_param(out, p + "mlp.down_proj.weight", down.weight(), down.d_weight(), {C, F}, down.shard_dim(), down.shard_range());
 }
 
 std::vector<ParamShard> Transformer::parameters_llama() {

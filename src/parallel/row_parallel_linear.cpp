@@ -115,12 +115,14 @@ void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const
   const int n = int(ranges_.size());
   int64_t widest = 0;
   for (const Range& r : ranges_) widest = std::max(widest, r.size());
+  TP_CHECK(in.dtype() == DType::kF32, "[RowParallelLinear::forward] whole rows gather f32 input, got ", in.describe(),
+           " (rank ", rank_, ")");
   const Tensor x = in.contiguous();
   Tensor mine = scratch_rows(gathered_in_, rows, widest);
   if (in_local() > 0) copy_columns(mine, 0, x.reshape({rows, in_local()}));
   Tensor all = scratch_rows(gathered_, rows * n, widest);
   whole_rows_->all_gather(mine.raw(), all.raw(), rows * widest, DType::kF32);
-  Tensor full = Tensor::empty({rows, in_}, DType::kF32);
+  Tensor full = scratch_rows(full_in_, rows, in_);
   for (int r = 0; r < n; ++r)
     if (ranges_[size_t(r)].size() > 0)
       copy_columns(full, ranges_[size_t(r)].begin,

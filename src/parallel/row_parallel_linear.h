@@ -54,6 +54,10 @@ class RowParallelLinear {
   void hold_whole_rows(Communicator& tp);
   bool holds_whole_rows() const { return whole_rows_ != nullptr; }
   Range out_range() const;  // with hold_whole_rows: this rank's rows; else all of them
+  // The dim of the full weight (out, in) this rank holds a slice of, and the slice: 1 and
+  // in_range(), or 0 and out_range() with hold_whole_rows.
+  int shard_dim() const { return whole_rows_ ? 0 : 1; }
+  Range shard_range() const { return whole_rows_ ? out_range() : in_range(); }
 
   // Takes columns in_range() of the full weight (out, in) (rows out_range() with
   // hold_whole_rows) and the whole bias (out).
@@ -83,7 +87,7 @@ class RowParallelLinear {
   int rank_ = 0;
   Tensor weight_, bias_, d_weight_, d_bias_;
   Communicator* whole_rows_ = nullptr;  // hold_whole_rows' group
-  mutable Tensor gathered_, gathered_in_, own_out_;  // its scratch
+  mutable Tensor gathered_, gathered_in_, full_in_, own_out_;  // its scratch
 };
 
 }  // namespace tensorpar
