@@ -15,6 +15,12 @@ double compute_share(const ClusterSpec& c) {
   return double(c.cores_per_node) / c.devices_per_node;
 }
 
+double lockstep_slowdown(const ClusterSpec& c) {
+  if (compute_share(c) >= 1) return 1;
+  const int busiest = (c.devices_per_node + c.cores_per_node - 1) / c.cores_per_node;
+  return compute_share(c) * busiest;
+}
+
 double gemm_time(const ClusterSpec& c, double flops, double count) {
   if (flops <= 0 || count <= 0) return 0;
   return count * flops / (c.peak_flops * compute_share(c) * gemm_efficiency(c.eff, flops));

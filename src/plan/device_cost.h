@@ -14,6 +14,10 @@ double gemm_efficiency(const EfficiencySpec& e, double flops);
 // The share of its peak a device computes at: cores / devices where a CPU node's ranks outnumber
 // its cores (ClusterSpec::cores_per_node; they time-slice them), else 1.
 double compute_share(const ClusterSpec& c);
+// Where ranks time-slice a CPU node's cores and do not divide evenly over them, the busiest core
+// holds ceil(devices / cores) of them: ranks that meet often (every layer, every micro-batch) run
+// at that core's pace, this factor (>= 1) slower than compute_share says. 1 otherwise.
+double lockstep_slowdown(const ClusterSpec& c);
 // Time of `count` GEMMs of `flops` each.
 double gemm_time(const ClusterSpec& c, double flops, double count = 1);
 double memory_time(const ClusterSpec& c, double bytes);

@@ -248,6 +248,15 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
   // AdamW reads weights, grads, master weights and two moments, and writes all but the grads.
   const double adam_bytes = 2 * (w.weight_bytes + w.optimizer_bytes) + w.grad_bytes;
   e.time.optimizer = memory_time(c, adam_bytes * params / (p.zero == 1 ? p.dp : 1));
+  // Ranks time-slicing a CPU's cores unevenly (3 on 2): TP and PP ranks meet every layer or
+  // micro-batch, so they run at the pace of the core that holds the most of them; DP ranks meet
+  // once a step and let the scheduler balance.
+  const double pace = p.tp > 1 || p.pp > 1 ? lockstep_slowdown(c) : 1.0;
+  if (pace > 1) {
+    TrainTime& t = e.time;
+    for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm, &t.bubble})
+      *part *= pace;
+  }
   if (compute_share(c) < 1 && p.pp > 1) {
     // Ranks time-slicing a CPU's cores: a stage that waits (the bubble, a slower stage) leaves
     // its core to the others, so the pipeline takes the node's work over its cores, i.e. the
@@ -255,8 +264,8 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
     // busiest stage's own work at a whole core. Its parts scale to that time; no bubble is left.
     TrainTime& t = e.time;
     const double busy = t.gemm + t.attention + t.elementwise + t.tp_comm + t.ep_comm + t.pp_comm;
-    const double average = mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
-    const double scale = std::min(1.0, std::max(average, compute_share(c) * busy) / busy);
+    const double average = pace * mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
+    const double scale = std::min(1.0, std::max(average, compute_share(c) / pace * busy) / busy);
     for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm})
       *part *= scale;
     t.bubble = 0;

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "plan/comm_cost.h"
+#include "plan/device_cost.h"
 
 namespace tensorpar::plan {
 namespace {
@@ -143,6 +144,29 @@ TEST(TrainCost, TimeSlicedPipelineIsTheNodesWorkOverItsCores) {
   EXPECT_GT(sliced.stage_memory_bytes[1], sliced.stage_memory_bytes[2]);
   EXPECT_DOUBLE_EQ(sliced.memory.total(), *std::max_element(sliced.stage_memory_bytes.begin(),
                                                             sliced.stage_memory_bytes.end()));
+}
+
+// Three ranks on two cores: the busiest core holds two, so tp 3 (meeting every layer) runs at half
+// a core, not at the two-thirds average share; dp 3 (meeting once a step) at the average.
+TEST(TrainCost, UnevenlyTimeSlicedRanksMeetingOftenRunAtTheBusiestCoresPace) {
+  ClusterSpec c = ideal(3);
+  c.cores_per_node = 2;
+  EXPECT_NEAR(lockstep_slowdown(c), 4.0 / 3, 1e-12);
+  ClusterSpec even = c;
+  even.devices_per_node = 4;
+  EXPECT_EQ(lockstep_slowdown(even), 1);
+  even.devices_per_node = 2;
+  EXPECT_EQ(lockstep_slowdown(even), 1);
+  const ModelSpec m = gpt();
+  const TrainWorkload w{12, 1024};
+  ClusterSpec own = c;  // each rank on a core of its own
+  own.cores_per_node = 0;
+  for (const TrainPlan& p : {TrainPlan{3, 1, 1, 1, false, 1, 1, Recompute::kNone, 0},
+                             TrainPlan{1, 1, 3, 1, false, 1, 1, Recompute::kNone, 0}}) {
+    const double ratio =
+        estimate_train(m, c, w, p).time.attention / estimate_train(m, own, w, p).time.attention;
+    EXPECT_NEAR(ratio, p.tp == 3 ? 2.0 : 1.5, 1e-9) << "tp " << p.tp << " dp " << p.dp;
+  }
 }
 
 TEST(TrainCost, OrderingProperties) {
