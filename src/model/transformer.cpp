@@ -126,8 +126,13 @@ void Transformer::load_weights(const WeightSource& src) {
         L.mlp().down().hold_whole_rows(tp_);
         continue;
       }
-      for (int64_t e = L.moe().local_experts().begin; e < L.moe().local_experts().end; ++e)
-        L.moe().expert(e).down().hold_whole_rows(tp_);
+      for (int64_t e = L.moe().local_experts().begin; e < L.moe().local_experts().end; ++e) {
+        RowParallelLinear& down = L.moe().expert(e).down();
+        TP_CHECK(int(down.in_ranges().size()) == tp_.size(), "[load_model] tp_invariant: expert ", e, " of layer ", l,
+                 " is split over ", down.in_ranges().size(), " ranks, not the ", tp_.size(),
+                 " of its TP group: --tp-invariant does not run with expert parallelism (--ep)");
+        down.hold_whole_rows(tp_);
+      }
       if (L.moe().has_shared()) L.moe().shared().down().hold_whole_rows(tp_);
     }
   }

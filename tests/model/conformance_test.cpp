@@ -120,7 +120,8 @@ INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::Range<size_t>(0, 8), []
 
 // --tp-invariant: the row-parallel layers hold whole rows, so the logits at tp 2, 3 and 4 are
 // bitwise those of tp 1 (uneven head and ffn splits at 3; quantized weights with 8-bit
-// activations, whose rounding amplifies any last-bit difference; biases added after the sum).
+// activations, whose rounding amplifies any last-bit difference; biases added after the sum; an
+// MoE layer's experts and shared expert).
 TEST(TpInvariant, LogitsBitwiseTheSameAtEveryTp) {
   struct Run {
     std::string dir, model;  // fixture directory (tokens.txt), model path
@@ -129,6 +130,7 @@ TEST(TpInvariant, LogitsBitwiseTheSameAtEveryTp) {
   const Run runs[] = {{"gemma3_tiny", "gemma3_tiny", false},
                       {"gpt2", "gpt2", false},
                       {"llama_odd", "llama_odd", false},
+                      {"qwen2_moe_tiny", "qwen2_moe_tiny", false},
                       {"llama_gqa_gguf", "llama_gqa_gguf/model-q4_1.gguf", true}};
   for (const Run& r : runs) {
     const auto ids = read_id_lines(model_fixture(r.dir) + "/tokens.txt").at(0);
