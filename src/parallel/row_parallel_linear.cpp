@@ -110,6 +110,10 @@ void RowParallelLinear::forward_partial(MatmulEngine& eng, Tensor& out, const Te
 }
 
 void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const Tensor& in) const {
+  // Every rank of the group calls this for every call of the layer (the rows are the same on all
+  // of them: an MoE expert's routed rows too, the router being replicated), so the all-gather
+  // below is matched. Its buffers are this call's own: kept per layer they would hold the
+  // largest prefill's gathered input in every layer.
   // Gather the input's columns from every rank: uneven shards travel padded to the widest.
   const int64_t rows = out.numel() / out_;
   const int n = int(ranges_.size());
@@ -118,11 +122,11 @@ void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const
   TP_CHECK(in.dtype() == DType::kF32, "[RowParallelLinear::forward] whole rows gather f32 input, got ", in.describe(),
            " (rank ", rank_, ")");
   const Tensor x = in.contiguous();
-  Tensor mine = scratch_rows(gathered_in_, rows, widest);
+  Tensor mine = Tensor::empty({rows, widest}, DType::kF32);
   if (in_local() > 0) copy_columns(mine, 0, x.reshape({rows, in_local()}));
-  Tensor all = scratch_rows(gathered_, rows * n, widest);
+  Tensor all = Tensor::empty({rows * n, widest}, DType::kF32);
   whole_rows_->all_gather(mine.raw(), all.raw(), rows * widest, DType::kF32);
-  Tensor full = scratch_rows(full_in_, rows, in_);
+  Tensor full = Tensor::empty({rows, in_}, DType::kF32);
   for (int r = 0; r < n; ++r)
     if (ranges_[size_t(r)].size() > 0)
       copy_columns(full, ranges_[size_t(r)].begin,
@@ -131,7 +135,7 @@ void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const
   out.fill_zero();
   const Range own = out_range();
   if (own.size() == 0) return;
-  Tensor y = scratch_rows(own_out_, rows, own.size());
+  Tensor y = Tensor::empty({rows, own.size()}, DType::kF32);
   matmul_forward(eng, y, full, weight_, nullptr);
   copy_columns(out.reshape({rows, out_}), own.begin, y);
 }

@@ -87,7 +87,6 @@ class RowParallelLinear {
   int rank_ = 0;
   Tensor weight_, bias_, d_weight_, d_bias_;
   Communicator* whole_rows_ = nullptr;  // hold_whole_rows' group
-  mutable Tensor gathered_, gathered_in_, full_in_, own_out_;  // its scratch
 };
 
 }  // namespace tensorpar

@@ -257,11 +257,12 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
     for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm, &t.bubble})
       *part *= pace;
   }
-  if (compute_share(c) < 1 && p.pp > 1) {
-    // Ranks time-slicing a CPU's cores: a stage that waits (the bubble, a slower stage) leaves
-    // its core to the others, so the pipeline takes the node's work over its cores, i.e. the
-    // stages' busy time averaged over the stages at the ranks' share of a core, or at least the
-    // busiest stage's own work at a whole core. Its parts scale to that time; no bubble is left.
+  if (compute_share(c) < 1 && p.pp > 1 && int64_t(p.tp) * p.pp * p.dp <= c.devices_per_node) {
+    // Ranks time-slicing a CPU's cores (all stages on one node): a stage that waits (the bubble,
+    // a slower stage) leaves its core to the others, so the pipeline takes the node's work over
+    // its cores, i.e. the stages' busy time averaged over the stages at the ranks' share of a
+    // core, or at least the busiest stage's own work at a whole core. Its parts scale to that
+    // time; no bubble is left.
     TrainTime& t = e.time;
     const double busy = t.gemm + t.attention + t.elementwise + t.tp_comm + t.ep_comm + t.pp_comm;
     const double average = pace * mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
