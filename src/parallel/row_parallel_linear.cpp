@@ -122,8 +122,11 @@ void RowParallelLinear::forward_whole_rows(MatmulEngine& eng, Tensor& out, const
   TP_CHECK(in.dtype() == DType::kF32, "[RowParallelLinear::forward] whole rows gather f32 input, got ", in.describe(),
            " (rank ", rank_, ")");
   const Tensor x = in.contiguous();
-  Tensor mine = Tensor::empty({rows, widest}, DType::kF32);
-  if (in_local() > 0) copy_columns(mine, 0, x.reshape({rows, in_local()}));
+  Tensor mine = x;  // sent as it is when this rank's shard is the widest
+  if (in_local() < widest) {
+    mine = Tensor::empty({rows, widest}, DType::kF32);
+    if (in_local() > 0) copy_columns(mine, 0, x.reshape({rows, in_local()}));
+  }
   Tensor all = Tensor::empty({rows * n, widest}, DType::kF32);
   whole_rows_->all_gather(mine.raw(), all.raw(), rows * widest, DType::kF32);
   Tensor full = Tensor::empty({rows, in_}, DType::kF32);

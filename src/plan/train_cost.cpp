@@ -251,26 +251,20 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
   // Ranks time-slicing a CPU's cores unevenly (3 on 2): TP and PP ranks meet every layer or
   // micro-batch, so they run at the pace of the core that holds the most of them; DP ranks meet
   // once a step and let the scheduler balance.
-  const double pace = p.tp > 1 || p.pp > 1 ? lockstep_slowdown(c) : 1.0;
-  if (pace > 1) {
-    TrainTime& t = e.time;
-    for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm, &t.bubble})
-      *part *= pace;
-  }
+  double scale = p.tp > 1 || p.pp > 1 ? lockstep_slowdown(c) : 1.0;
+  TrainTime& t = e.time;
   if (compute_share(c) < 1 && p.pp > 1 && int64_t(p.tp) * p.pp * p.dp <= c.devices_per_node) {
     // Ranks time-slicing a CPU's cores (all stages on one node): a stage that waits (the bubble,
     // a slower stage) leaves its core to the others, so the pipeline takes the node's work over
-    // its cores, i.e. the stages' busy time averaged over the stages at the ranks' share of a
-    // core, or at least the busiest stage's own work at a whole core. Its parts scale to that
-    // time; no bubble is left.
-    TrainTime& t = e.time;
+    // its cores, i.e. the stages' busy time averaged over the stages (at that pace), or at least
+    // the busiest stage's own work at a whole core. Its parts scale to that time; no bubble is left.
     const double busy = t.gemm + t.attention + t.elementwise + t.tp_comm + t.ep_comm + t.pp_comm;
-    const double average = pace * mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
-    const double scale = std::min(1.0, std::max(average, compute_share(c) / pace * busy) / busy);
-    for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm})
-      *part *= scale;
+    const double average = mm * (double(m.layers) * lc.total() + head) / p.pp + t.pp_comm;
+    scale = std::min(scale, std::max(scale * average, compute_share(c) * busy) / busy);
     t.bubble = 0;
   }
+  for (double* part : {&t.gemm, &t.attention, &t.elementwise, &t.tp_comm, &t.ep_comm, &t.pp_comm, &t.bubble})
+    *part *= scale;
   e.step_time_s = e.time.total();
 
   // Memory per device of every stage; the plan's figure is the fullest stage's.
