@@ -1,5 +1,6 @@
-// GPT-2: learned positions, LayerNorm with biases, GELU (tanh) MLP, biases everywhere, tied LM
-// head. HF stores Conv1D weights as [in, out]; the fused c_attn [C, 3C] holds q | k | v column
+// GPT-2: learned positions, LayerNorm with biases, GELU (tanh) MLP, biases everywhere, an LM
+// head tied to the embedding unless the config says `tie_word_embeddings: false` (then HF's
+// `lm_head.weight`, an nn.Linear [vocab, hidden]). HF stores Conv1D weights as [in, out]; the fused c_attn [C, 3C] holds q | k | v column
 // blocks. Each rank reads the columns of its heads (and the transposed slices of the other
 // Conv1D weights) and keeps them as [out, in] like every other layer.
 #include <cmath>
@@ -18,6 +19,7 @@ void load_gpt2(Transformer& m, const WeightSource& src) {
     m.embed_->load(src.matrix(pre + "wte.weight", {V, C}));
     m.pos_embed_.value = src.whole_f32(pre + "wpe.weight", {c.max_position, C});
   }
+  if (m.lm_head_) m.lm_head_->load(src.matrix("lm_head.weight", {V, C}));
   if (m.final_norm_) {
     m.final_norm_->weight().value = src.whole_f32(pre + "ln_f.weight", {C});
     m.final_norm_->bias().value = src.whole_f32(pre + "ln_f.bias", {C});
@@ -83,7 +85,11 @@ std::vector<ParamShard> Transformer::parameters_gpt2() {
     mark_grad_part(out, first, l);
   }
   const size_t head = out.size();
-  if (span_.head) norm("transformer.ln_f", *final_norm_);
+  if (span_.head) {
+    norm("transformer.ln_f", *final_norm_);
+    if (lm_head_)
+      append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
+  }
   mark_grad_part(out, head, kHeadGrads);
   return out;
 }

@@ -96,7 +96,7 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
          {"activation_function", "gelu_new"},
          {"layer_norm_epsilon", c.norm_eps},
          {"scale_attn_weights", true},
-         {"tie_word_embeddings", true}};
+         {"tie_word_embeddings", c.tie_embeddings}};
   } else {
     TP_CHECK(c.rope.layout == RopeLayout::kHalfSplit,
              "[hf_config_json] this model uses interleaved RoPE (its weights "

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors_writer.h"
 #include "model/model_test_util.h"
 #include "model/tokenizer_loader.h"
 
@@ -117,6 +120,49 @@ INSTANTIATE_TEST_SUITE_P(Models, Conformance, ::testing::Range<size_t>(0, 8), []
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 });
+
+// GPT-2 with `tie_word_embeddings: false` reads its own `lm_head.weight`: the fixture's weights
+// with a head of 2 x wte give twice transformers' logits of the tied model (the head is the last
+// linear and has no bias) at tp 1-3, so a head left unloaded or read from wte fails; training
+// lists the head as a parameter and the stored config keeps it untied.
+TEST(Gpt2UntiedHead, ReadsItsOwnLmHead) {
+  const std::string src = model_fixture("gpt2");
+  const std::string dir = ::testing::TempDir() + "gpt2_untied_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  {
+    std::ifstream in(src + "/config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["tie_word_embeddings"] = false;
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+  }
+  auto st = SafetensorsFile::open(src + "/model.safetensors");
+  std::vector<NamedTensor> tensors;
+  for (const TensorInfo& t : st->tensors()) tensors.push_back({t.name, st->read(t.name)});
+  Tensor head = st->read("transformer.wte.weight");
+  float* h = head.data<float>();
+  for (int64_t i = 0; i < head.numel(); ++i) h[i] *= 2.0f;
+  tensors.push_back({"lm_head.weight", head});
+  save_safetensors(dir + "/model.safetensors", tensors);
+
+  const auto ids = read_id_lines(src + "/tokens.txt").at(0);
+  auto ref = read_f32_file(src + "/logits.bin");
+  for (float& v : ref) v *= 2.0f;
+  for (int tp = 1; tp <= 3; ++tp) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    int64_t V = 0;
+    const auto got = run_logits(dir, tp, ids, &V);
+    ASSERT_EQ(got.size(), ref.size());
+    EXPECT_LE(max_abs_diff(got, ref), 2e-4);
+  }
+  run_model_ranks(1, [&](Communicator& world) {
+    auto m = load_model(dir, world);
+    EXPECT_FALSE(m->config().tie_embeddings);
+    bool listed = false;
+    for (const ParamShard& p : m->parameters()) listed |= p.name == "lm_head.weight";
+    EXPECT_TRUE(listed);
+  });
+  std::filesystem::remove_all(dir);
+}
 
 // --tp-invariant: the row-parallel layers hold whole rows, so the logits at tp 2, 3 and 4 are
 // bitwise those of tp 1 (uneven head and ffn splits at 3; quantized weights with 8-bit
