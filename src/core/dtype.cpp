@@ -14,51 +14,6 @@ constexpr DType kAll[] = {DType::kF32,  DType::kBF16,   DType::kF16,  DType::kI3
 
 }  // namespace
 
-int64_t dtype_block_elems(DType t) {
-  if (dtype_is_kquant(t)) return 256;
-  return dtype_is_quantized(t) ? 32 : 1;
-}
-
-int64_t dtype_block_bytes(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 4;
-    case DType::kBF16:
-      return 2;
-    case DType::kF16:
-      return 2;
-    case DType::kI32:
-      return 4;
-    case DType::kI64:
-      return 8;
-    case DType::kU8:
-      return 1;
-    case DType::kQ8_0:
-      return 34;
-    case DType::kQ4_0:
-      return 18;
-    case DType::kQ4_1:
-      return 20;
-    case DType::kQ5_0:
-      return 22;
-    case DType::kQ5_1:
-      return 24;
-    case DType::kIQ4_NL:
-      return 18;
-    case DType::kQ2_K:
-      return 84;
-    case DType::kQ3_K:
-      return 110;
-    case DType::kQ4_K:
-      return 144;
-    case DType::kQ5_K:
-      return 176;
-    case DType::kQ6_K:
-      return 210;
-  }
-  TP_ASSERT(false, "unknown dtype");
-}
-
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::kF32:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -32,17 +33,38 @@ enum class DType : uint8_t {
   kQ6_K,
 };
 
-// Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants.
-int64_t dtype_block_elems(DType t);
-// Bytes per storage block: sizeof(element) for plain types; ggml's block size for quants
-// (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...).
-int64_t dtype_block_bytes(DType t);
 constexpr bool dtype_is_quantized(DType t) {
   return t >= DType::kQ8_0 && t <= DType::kQ6_K;
 }
 // The K-quants: 256-weight super-blocks.
 constexpr bool dtype_is_kquant(DType t) {
   return t >= DType::kQ2_K && t <= DType::kQ6_K;
+}
+// Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants.
+constexpr int64_t dtype_block_elems(DType t) {
+  if (dtype_is_kquant(t)) return 256;
+  return dtype_is_quantized(t) ? 32 : 1;
+}
+// Bytes per storage block: sizeof(element) for plain types; ggml's block size for quants
+// (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...). Constant-folded in the kernels' loops.
+constexpr int64_t dtype_block_bytes(DType t) {
+  switch (t) {
+    case DType::kF32: case DType::kI32: return 4;
+    case DType::kBF16: case DType::kF16: return 2;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: case DType::kIQ4_NL: return 18;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kQ2_K: return 84;
+    case DType::kQ3_K: return 110;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+  }
+  throw std::logic_error("dtype_block_bytes: not a DType");
 }
 inline bool dtype_is_float(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/half.h"
@@ -104,6 +105,18 @@ inline void kquant_scale_min(const uint8_t* s, int j, int& scale, int& min) {
     scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
     min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
+}
+// All 8 scales and all 8 mins of a Q4_K/Q5_K super-block at once: byte j of `scales8` and of
+// `mins8` is what kquant_scale_min gives for sub-block j. Word operations on the 12 packed bytes
+// (little-endian), for the kernels; kquant_scale_min is the reference.
+inline void kquant_scales_mins(const uint8_t* s, uint64_t& scales8, uint64_t& mins8) {
+  uint32_t u[3];
+  std::memcpy(u, s, 12);
+  const uint32_t six = 0x3f3f3f3f, four = 0x0f0f0f0f, two = 0x03030303;
+  const uint32_t sc_hi = (u[2] & four) | (((u[0] >> 6) & two) << 4);
+  const uint32_t mn_hi = ((u[2] >> 4) & four) | (((u[1] >> 6) & two) << 4);
+  scales8 = uint64_t(sc_hi) << 32 | (u[0] & six);
+  mins8 = uint64_t(mn_hi) << 32 | (u[1] & six);
 }
 // The 16 signed scales (6 bits, minus 32) of a Q3_K super-block's 12 packed bytes.
 void q3_k_scales(const uint8_t* packed, int8_t out[16]);

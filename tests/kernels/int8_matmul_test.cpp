@@ -58,6 +58,32 @@ std::string label(Int8Kernel kernel, DType t) {
 
 constexpr const char* kNoKernel = "this CPU has no int8 kernel (AVX2 with FMA and F16C)";
 
+// The kernels' word-parallel unpacking of a Q4_K/Q5_K super-block's 12 packed scale bytes gives
+// kquant_scale_min's 8 scales and 8 mins, for random bytes and for every single set bit.
+TEST(Int8Matmul, KQuantScalesMinsAtOnceAreTheReference) {
+  Rng rng(20);
+  auto check = [](const uint8_t* s) {
+    uint64_t sc8 = 0, mn8 = 0;
+    kquant_scales_mins(s, sc8, mn8);
+    for (int j = 0; j < 8; ++j) {
+      int sc = 0, mn = 0;
+      kquant_scale_min(s, j, sc, mn);
+      ASSERT_EQ(int((sc8 >> (8 * j)) & 0xff), sc) << "sub-block " << j;
+      ASSERT_EQ(int((mn8 >> (8 * j)) & 0xff), mn) << "sub-block " << j;
+    }
+  };
+  uint8_t s[12];
+  for (int i = 0; i < 4096; ++i) {
+    for (uint8_t& b : s) b = uint8_t(rng.integer(0, 256));
+    check(s);
+  }
+  for (int bit = 0; bit < 96; ++bit) {
+    std::memset(s, 0, sizeof s);
+    s[bit / 8] = uint8_t(1u << (bit % 8));
+    check(s);
+  }
+}
+
 // The rounding rule itself: every element within half a step of its block's scale (plus the f16
 // rounding of a legacy scale: at most 127 * 2^-11 of a step), the largest element at +-127, and a
 // zero block all zeros with scale 0.

@@ -109,7 +109,7 @@ TP_AVX2 inline __m256i legacy_codes(const char* blk, float& d, float& m) {
 
 template <DType T>
 TP_AVX2 void legacy_unpack_row(const char* wrow, int64_t nb, char* dst, float* m) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   for (int64_t b = 0; b < nb; ++b) {
     float d, mb;
     const __m256i codes = legacy_codes<T>(wrow + b * bb, d, mb);
@@ -132,7 +132,7 @@ TP_AVX2 inline float reduce256(__m256 v) {
 template <DType T, int W, int R, bool kUnpacked>
 TP_AVX2 void legacy_dot(const char* const* w, int64_t nb, const char* act, const ActLayout& l, float* const* m,
                         float* res) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   constexpr bool kOffsetTerm = T == DType::kQ4_1 || T == DType::kQ5_1;
   __m256 acc[W][R];
   TP_UNROLL for (int i = 0; i < W; ++i)
@@ -207,10 +207,10 @@ TP_AVX2 inline void kquant_unpack(const char* blk, KBlock& k) {
       const auto* b = reinterpret_cast<const BlockQ5_K*>(blk);
       k.d = _cvtsh_ss(b->d.bits), k.dmin = _cvtsh_ss(b->dmin.bits), scales = b->scales, qs = b->qs, qh = b->qh;
     }
-    alignas(32) int32_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) kquant_scale_min(scales, j, sc[j], mn[j]);
-    k.mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(mn));
-    const __m256 scf = _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc)));
+    uint64_t sc8, mn8;
+    kquant_scales_mins(scales, sc8, mn8);
+    k.mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn8)));
+    const __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8))));
     __m256i hv = _mm256_setzero_si256();
     if constexpr (T == DType::kQ5_K) hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
     for (int c = 0; c < 4; ++c) {  // 64 elements: the low nibbles of 32 bytes, then their high nibbles
@@ -274,7 +274,7 @@ TP_AVX2 inline void kblock_load(const char* src, KBlock& k) {
 
 template <DType T>
 TP_AVX2 void kquant_unpack_row(const char* wrow, int64_t nsb, char* dst) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   KBlock k;
   k.mins = _mm256_setzero_si256();
   for (int64_t s = 0; s < nsb; ++s) {
@@ -286,7 +286,7 @@ TP_AVX2 void kquant_unpack_row(const char* wrow, int64_t nsb, char* dst) {
 // wrow: the row as stored, or (kUnpacked) as kquant_unpack_row wrote it.
 template <DType T, int R, bool kUnpacked>
 TP_AVX2 void kquant_dot(const char* wrow, int64_t nsb, const char* act, const ActLayout& l, float* res) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   __m256 acc[R], accm[R];
   TP_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps(), accm[r] = _mm256_setzero_ps();
   KBlock k;

@@ -79,7 +79,7 @@ TP_VNNI inline __m256i legacy_codes(const char* blk, float& d, float& m) {
 // kernel multiplies them: 64 codes and the 16 lanes' f32 scales.
 template <DType T>
 TP_VNNI inline void legacy_pair(const char* wrow, int64_t b, int64_t nb, __m512i& codes, __m512& dw, float& m0, float& m1) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   float d0, d1 = 0.0f;
   m1 = 0.0f;
   const __m256i c0 = legacy_codes<T>(wrow + b * bb, d0, m0);
@@ -113,7 +113,7 @@ TP_VNNI void legacy_unpack_row(const char* wrow, int64_t nb, char* dst, float* m
 template <DType T, int W, int R, bool kUnpacked>
 TP_VNNI void legacy_dot(const char* const* w, int64_t nb, const char* act, const ActLayout& l, float* const* m,
                         float* res) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   constexpr bool kOffsetTerm = T == DType::kQ4_1 || T == DType::kQ5_1;
   __m512 acc[W][R];
   TP_UNROLL for (int i = 0; i < W; ++i)
@@ -172,11 +172,11 @@ struct KBlock {
   float d, dmin;
 };
 
-TP_VNNI inline __m512i lane_scales8(const int32_t* s8, int c) {
+TP_VNNI inline __m512i lane_scales8(__m256i s8, int c) {
   // lanes 0..7 -> sub-block 2c, lanes 8..15 -> 2c+1
   const __m512i idx = _mm512_set_epi32(2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1, 2 * c + 1,
                                        2 * c + 1, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c, 2 * c);
-  return _mm512_permutexvar_epi32(idx, _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s8))));
+  return _mm512_permutexvar_epi32(idx, _mm512_castsi256_si512(s8));
 }
 
 template <DType T>
@@ -191,9 +191,10 @@ TP_VNNI inline void kquant_unpack(const char* blk, KBlock& k) {
       const auto* b = reinterpret_cast<const BlockQ5_K*>(blk);
       k.d = _cvtsh_ss(b->d.bits), k.dmin = _cvtsh_ss(b->dmin.bits), scales = b->scales, qs = b->qs, qh = b->qh;
     }
-    alignas(32) int32_t sc[8], mn[8];
-    for (int j = 0; j < 8; ++j) kquant_scale_min(scales, j, sc[j], mn[j]);
-    k.mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(mn));
+    uint64_t sc8, mn8;
+    kquant_scales_mins(scales, sc8, mn8);
+    const __m256i sc = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc8)));
+    k.mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn8)));
     __m256i hv = _mm256_setzero_si256();
     if constexpr (T == DType::kQ5_K) hv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh));
     for (int c = 0; c < 4; ++c) {
@@ -256,7 +257,7 @@ TP_VNNI inline void kblock_load(const char* src, KBlock& k) {
 
 template <DType T>
 TP_VNNI void kquant_unpack_row(const char* wrow, int64_t nsb, char* dst) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   KBlock k;
   k.mins = _mm256_setzero_si256();
   for (int64_t s = 0; s < nsb; ++s) {
@@ -268,7 +269,7 @@ TP_VNNI void kquant_unpack_row(const char* wrow, int64_t nsb, char* dst) {
 // wrow: the row as stored, or (kUnpacked) as kquant_unpack_row wrote it.
 template <DType T, int R, bool kUnpacked>
 TP_VNNI void kquant_dot(const char* wrow, int64_t nsb, const char* act, const ActLayout& l, float* res) {
-  const int64_t bb = dtype_block_bytes(T);
+  constexpr int64_t bb = dtype_block_bytes(T);
   __m512 acc[R];
   __m256 accm[R];
   TP_UNROLL for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
