@@ -231,15 +231,23 @@ struct WidenedKv {
 
 }  // namespace
 
+namespace {
+
+// Items (a row's kv head group) handed to a thread at a time: one while there are few (a decode
+// step has one row per sequence: in fours, one thread took every kv head of it), four in prefill.
+int64_t item_chunk(int64_t items) { return items >= 64 ? 4 : 1; }
+
+}  // namespace
+
 void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
                              std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward");
   const WorkRows w = list_rows(seqs);
-  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * d.HS;
+  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
 #pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
   {
     ScoreRows scores(w.max_keys);
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
       const auto [si, t] = w.rows[size_t(it / d.NKV)];
       const PagedSeq& s = seqs[size_t(si)];
@@ -255,7 +263,7 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward_f16");
   const WorkRows w = list_rows(seqs);
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
-  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * HS;
+  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
 #pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
   {
     ScoreRows scores(w.max_keys);
@@ -264,7 +272,7 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
     // Items kv head major (the f32 kernel's are row major; the order decides only which thread
     // runs an item), so a thread's consecutive items are consecutive rows of one head.
     const int64_t n_rows = int64_t(w.rows.size());
-#pragma omp for schedule(dynamic, 4)
+#pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
       const auto [si, t] = w.rows[size_t(it % n_rows)];
       const PagedSeq& s = seqs[size_t(si)];
