@@ -5,8 +5,8 @@
 //
 // Batch-invariant: each output is one dot product whose 16 lanes accumulate K in chunks of 32
 // (one VDPBF16PS per chunk: lane l takes k = 32c + 2l and 2l + 1), then the lanes are summed in a
-// fixed tree, whatever M, the row's position or the thread count. Register blocking (8 weight rows
-// x 3 input rows) and cache blocking (input rows in chunks that stay in L2 while every weight row
+// fixed tree, whatever M, the row's position or the thread count. Register blocking (6 weight rows
+// x 4 input rows) and cache blocking (input rows in chunks that stay in L2 while every weight row
 // streams past once per chunk) only decide which dots run side by side.
 #pragma once
 
