@@ -148,9 +148,8 @@ TP_AVX512BF16 void run(const Operands& o) {
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t n0 = b * kWRows;
+        static_assert(kWRows == 6, "the cases below are kWRows ... 1");
         switch (std::min<int64_t>(kWRows, o.N - n0)) {
-          case 8: weight_rows<8>(o, n0, c0, c1, partial); break;
-          case 7: weight_rows<7>(o, n0, c0, c1, partial); break;
           case 6: weight_rows<6>(o, n0, c0, c1, partial); break;
           case 5: weight_rows<5>(o, n0, c0, c1, partial); break;
           case 4: weight_rows<4>(o, n0, c0, c1, partial); break;
