@@ -63,8 +63,7 @@ std::vector<ParamShard> Transformer::parameters_gemma3() {
   const size_t head = out.size();
   if (span_.head) {
     replicated("model.norm.weight", final_norm_->weight(), C);
-    if (lm_head_)
-      append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
+    append_lm_head_param(out);
   }
   mark_grad_part(out, head, kHeadGrads);
   return out;

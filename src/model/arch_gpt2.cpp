@@ -1,8 +1,9 @@
 // GPT-2: learned positions, LayerNorm with biases, GELU (tanh) MLP, biases everywhere, an LM
 // head tied to the embedding unless the config says `tie_word_embeddings: false` (then HF's
-// `lm_head.weight`, an nn.Linear [vocab, hidden]). HF stores Conv1D weights as [in, out]; the fused c_attn [C, 3C] holds q | k | v column
-// blocks. Each rank reads the columns of its heads (and the transposed slices of the other
-// Conv1D weights) and keeps them as [out, in] like every other layer.
+// `lm_head.weight`, an nn.Linear [vocab, hidden]). HF stores Conv1D weights as [in, out]; the
+// fused c_attn [C, 3C] holds q | k | v column blocks. Each rank reads the columns of its heads
+// (and the transposed slices of the other Conv1D weights) and keeps them as [out, in] like every
+// other layer.
 #include <cmath>
 #include <string>
 
@@ -87,8 +88,7 @@ std::vector<ParamShard> Transformer::parameters_gpt2() {
   const size_t head = out.size();
   if (span_.head) {
     norm("transformer.ln_f", *final_norm_);
-    if (lm_head_)
-      append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
+    append_lm_head_param(out);
   }
   mark_grad_part(out, head, kHeadGrads);
   return out;

@@ -145,6 +145,12 @@ void Transformer::append_o_param(std::vector<ParamShard>& out, TransformerLayer&
                {config_.hidden, config_.n_heads * config_.head_dim}, o.shard_dim(), o.shard_range());
 }
 
+void Transformer::append_lm_head_param(std::vector<ParamShard>& out) {
+  if (lm_head_)
+    append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {config_.vocab_size, config_.hidden},
+                 0, vocab_range_);
+}
+
 void Transformer::append_moe_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p) {
   const int64_t C = config_.hidden, E = config_.moe.n_experts, F = config_.moe.expert_ffn;
   const MoeNames m = moe_names(config_);
@@ -218,8 +224,7 @@ std::vector<ParamShard> Transformer::parameters_llama() {
   if (span_.head) {
     append_param(out, "model.norm.weight", final_norm_->weight().value, final_norm_->weight().grad, {C}, -1, {0, C},
                  tp);
-    if (lm_head_)
-      append_param(out, "lm_head.weight", lm_head_->weight(), lm_head_->d_weight(), {V, C}, 0, vocab_range_);
+    append_lm_head_param(out);
   }
   mark_grad_part(out, head, kHeadGrads);
   return out;

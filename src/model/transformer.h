@@ -137,6 +137,8 @@ class Transformer final : public CausalLM {
   void append_qkv_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   void append_o_param(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   void append_mlp_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
+  // An untied LM head as HF's lm_head.weight (every family; nothing when tied; arch_llama.cpp).
+  void append_lm_head_param(std::vector<ParamShard>& out);
   // An MoE layer's router, this rank's experts and the shared expert (arch_llama.cpp).
   void append_moe_params(std::vector<ParamShard>& out, TransformerLayer& L, const std::string& p);
   // The layer of global index l (held here: span().first <= l < last).

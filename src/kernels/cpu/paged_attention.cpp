@@ -229,10 +229,6 @@ struct WidenedKv {
   int64_t values_from = -1;                      // values_from) of sequence seq's kv head g
 };
 
-}  // namespace
-
-namespace {
-
 // Items (a row's kv head group) handed to a thread at a time: one while there are few (a decode
 // step has one row per sequence: in fours, one thread took every kv head of it), four in prefill.
 int64_t item_chunk(int64_t items) { return items >= 64 ? 4 : 1; }
