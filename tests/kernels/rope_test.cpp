@@ -79,6 +79,37 @@ TEST(Rope, ForwardMatchesDoubleRotation) {
         }
 }
 
+// The rotation forms its angles once per distinct position of a call (a training batch repeats
+// the same positions in every sequence) or once per token (positions spread wider than the call):
+// either way each token comes out bitwise as when rotated alone, forward and backward.
+TEST(Rope, EveryTokenAsWhenRotatedAlone) {
+  TP_SEED_TRACE();
+  Rng rng(5);
+  const int64_t NH = 3, HS = 16;
+  const auto table = RopeTable::make(HS, 10000, RopeLayout::kHalfSplit);
+  std::vector<int64_t> batch;  // 4 sequences of 9 tokens from position 5 (positions repeat)
+  for (int64_t b = 0; b < 4; ++b)
+    for (int64_t t = 0; t < 9; ++t) batch.push_back(5 + t);
+  for (const auto& pos : {batch, random_positions(rng, 20, 4096), std::vector<int64_t>{7, 7, 7}}) {
+    const int64_t T = static_cast<int64_t>(pos.size()), row = NH * HS;
+    const auto x = rng.uniform_vec(static_cast<size_t>(T * row));
+    auto out = nan_vec(x.size());
+    std::vector<float> d_in(x.size(), 0.5f);
+    rope_forward(out.data(), x.data(), pos.data(), table, T, NH);
+    rope_backward(d_in.data(), x.data(), pos.data(), table, T, NH);
+    for (int64_t t = 0; t < T; ++t) {
+      auto one = nan_vec(static_cast<size_t>(row));
+      std::vector<float> d_one(static_cast<size_t>(row), 0.5f);
+      rope_forward(one.data(), x.data() + t * row, &pos[static_cast<size_t>(t)], table, 1, NH);
+      rope_backward(d_one.data(), x.data() + t * row, &pos[static_cast<size_t>(t)], table, 1, NH);
+      for (int64_t i = 0; i < row; ++i) {
+        ASSERT_EQ(one[static_cast<size_t>(i)], out[static_cast<size_t>(t * row + i)]) << "token " << t << " of " << T;
+        ASSERT_EQ(d_one[static_cast<size_t>(i)], d_in[static_cast<size_t>(t * row + i)]) << "token " << t << " of " << T;
+      }
+    }
+  }
+}
+
 TEST(Rope, Llama3ScalingMatchesDefinition) {
   // Llama 3.1 8B: theta 500000, factor 8, low 1, high 4, original context 8192, HS 128.
   RopeScaling sc;

@@ -2,8 +2,10 @@
 // Angles are formed in double, so large positions (long contexts) keep their precision.
 #include "kernels/cpu/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "core/error.h"
 
@@ -74,17 +76,32 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
   TP_CHECK(T >= 0 && NH > 0 && HS > 0 && static_cast<int64_t>(table.inv_freq.size()) == half, "[",
            where, "] sizes: got T=", T, " NH=", NH, " HS=", HS,
            ", expected T >= 0, NH > 0 and a table from RopeTable::make");
+  // The cosines and sines are formed once per distinct position, not once per token: a training
+  // batch repeats the same positions in every sequence (B x T tokens, T positions). The table's
+  // rows are the positions [p_min, p_max] when that range is no longer than T, else one row per
+  // token (positions scattered over a long range: a batched decode step). Every entry is the same
+  // double-precision angle as before, so the rotation is bitwise the per-token one.
+  int64_t p_min = T > 0 ? positions[0] : 0, p_max = p_min;
+  for (int64_t t = 1; t < T; ++t) p_min = std::min(p_min, positions[t]), p_max = std::max(p_max, positions[t]);
+  const bool by_position = p_max - p_min < T;
+  const int64_t n_rows = by_position ? p_max - p_min + 1 : T;
+  std::vector<float> cos_tab(static_cast<size_t>(n_rows * half)), sin_tab(cos_tab.size());
 #pragma omp parallel if (T * NH * HS > kMinParallelWork)
   {
-    std::vector<float> cos_v(static_cast<size_t>(half)), sin_v(static_cast<size_t>(half));
 #pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
-      const double pos = static_cast<double>(positions[t]) * table.position_scale;
+    for (int64_t row = 0; row < n_rows; ++row) {
+      const double pos = static_cast<double>(by_position ? p_min + row : positions[row]) * table.position_scale;
       for (int64_t i = 0; i < half; ++i) {
         const double a = sign * pos * table.inv_freq[static_cast<size_t>(i)];
-        cos_v[static_cast<size_t>(i)] = static_cast<float>(std::cos(a));
-        sin_v[static_cast<size_t>(i)] = static_cast<float>(std::sin(a));
+        cos_tab[static_cast<size_t>(row * half + i)] = static_cast<float>(std::cos(a));
+        sin_tab[static_cast<size_t>(row * half + i)] = static_cast<float>(std::sin(a));
       }
+    }
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t row = by_position ? positions[t] - p_min : t;
+      const float* cos_v = cos_tab.data() + row * half;
+      const float* sin_v = sin_tab.data() + row * half;
       for (int64_t h = 0; h < NH; ++h) {
         const float* x = inp + t * in_stride + h * HS;  // (HS)
         float* o = out + t * out_stride + h * HS;       // (HS)
@@ -93,7 +110,7 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
         const int64_t offset_b = table.layout == RopeLayout::kHalfSplit ? half : 1;
         for (int64_t i = 0; i < half; ++i) {
           const int64_t ia = i * stride_i, ib = ia + offset_b;
-          const float c = cos_v[static_cast<size_t>(i)], s = sin_v[static_cast<size_t>(i)];
+          const float c = cos_v[i], s = sin_v[i];
           const float xa = x[ia], xb = x[ib];
           const float ya = xa * c - xb * s, yb = xa * s + xb * c;
           if constexpr (kAccumulate) {
