@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "kernels/cpu/fast_math.h"
 
@@ -465,7 +467,10 @@ TP_VECTOR_CLONES void attention_bwd_dq(float* d_q, const float* d_out, const flo
 }
 
 // d_k and d_v of keys [j0, j0 + jn) of sequence b, kv head g: over the queries that see them.
-TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_out, const float* q,
+// With d_q (the single-pass backward, whose work item owns every query row of b and g and visits
+// their key blocks in ascending order) it also adds each query row's d_q over these keys: the same
+// terms, summed in the same key order, as attention_bwd_dq, so both passes give the same bits.
+TP_VECTOR_CLONES void attention_bwd_dkv(float* d_q, float* d_k, float* d_v, const float* d_out, const float* q,
                                         const float* k, const float* v, const float* lse,
                                         const float* D, const AttentionDims& d, int64_t b,
                                         int64_t g, int64_t j0, int64_t jn, BackwardScratch& w) {
@@ -509,6 +514,15 @@ TP_VECTOR_CLONES void attention_bwd_dkv(float* d_k, float* d_v, const float* d_o
     }
     outer_block(w.dvt.data(), dor, P, HS);
     outer_block(w.dkt.data(), qr, dS, HS);
+    if (d_q)
+      for (int64_t x = 0; x < rn; ++x) {
+        const int64_t r = r0 + x, t = t_begin + r / group, h = g * group + r % group;
+        const int64_t valid = std::min(jn, d.pos0 + t + 1 - j0);
+        const int64_t skip = std::max<int64_t>(0, first_key(d, t) - j0);
+        if (valid <= skip) continue;
+        accumulate_pv(d_q + (b * T + t) * q_stride + h * HS, dS[x] + skip, k + kv_off + (j0 + skip) * kv_stride,
+                      valid - skip, kv_stride, HS);
+      }
   }
   for (int64_t j = 0; j < jn; ++j) {
     float* dk = d_k ? d_k + kv_off + (j0 + j) * kv_stride : nullptr;
@@ -534,13 +548,27 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
   const std::vector<float> D = row_dot(d_out, out, d);
   const int64_t n_qblocks = (T + kQueryBlock - 1) / kQueryBlock;
   const int64_t n_kblocks = (d.pos0 + T + kKeyBlock - 1) / kKeyBlock;
+  // One pass when there are enough (sequence, kv head) items for the team: each item walks its
+  // key blocks once and forms d_q, d_k and d_v from the same scores (5 block products per pair of
+  // query and key blocks instead of 7). Else two passes split finer (query blocks for d_q, key
+  // blocks for d_k and d_v), which score every pair twice. Both give the same bits.
+  const bool single_pass = B * NKV >= 2 * int64_t(parallel ? omp_get_max_threads() : 1);
 #pragma omp parallel if (parallel)
   {
     BackwardScratch w;
     for (auto* buf : {&w.kt, &w.vt, &w.dkt, &w.dvt})
       buf->resize(static_cast<size_t>(HS * kKeyBlock));
     w.ds.resize(static_cast<size_t>(kKeyBlock));
-    if (d_q) {
+    if (single_pass) {
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t it = 0; it < B * NKV; ++it)
+        for (int64_t kb = 0; kb < n_kblocks; ++kb) {
+          const int64_t j0 = kb * kKeyBlock;
+          attention_bwd_dkv(d_q, d_k, d_v, d_out, q, k, v, lse, D.data(), d, it / NKV, it % NKV, j0,
+                            std::min(kKeyBlock, d.pos0 + T - j0), w);
+        }
+    }
+    if (d_q && !single_pass) {
       // Later query blocks see more keys: the costliest first.
 #pragma omp for schedule(dynamic, 1)
       for (int64_t it = 0; it < B * NKV * n_qblocks; ++it) {
@@ -550,13 +578,13 @@ void attention_backward(float* d_q, float* d_k, float* d_v, const float* d_out, 
                          std::min(T, (qb + 1) * kQueryBlock), w);
       }
     }
-    if (d_k || d_v) {
+    if ((d_k || d_v) && !single_pass) {
       // Earlier key blocks are seen by more queries: the costliest first.
 #pragma omp for schedule(dynamic, 1)
       for (int64_t it = 0; it < B * NKV * n_kblocks; ++it) {
         const int64_t kb = it % n_kblocks, g = (it / n_kblocks) % NKV, b = it / (n_kblocks * NKV);
         const int64_t j0 = kb * kKeyBlock;
-        attention_bwd_dkv(d_k, d_v, d_out, q, k, v, lse, D.data(), d, b, g, j0,
+        attention_bwd_dkv(nullptr, d_k, d_v, d_out, q, k, v, lse, D.data(), d, b, g, j0,
                           std::min(kKeyBlock, d.pos0 + T - j0), w);
       }
     }
