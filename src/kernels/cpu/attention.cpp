@@ -121,13 +121,43 @@ constexpr int64_t kKeyBlock = 64;    // keys per tile (scores of one row fit a f
 constexpr int64_t kRowBlock = 4;     // query rows scored together against one key tile
 constexpr int64_t kSplitKeys = 256;  // keys per split when a single query block is split
 
-// acc (HS) += sum_j p[j] * v[j * kv_stride + :] over j < n. The output is walked in chunks of
-// 16 held in a local array (a register), with the keys inside: acc is loaded and stored once per
-// chunk instead of once per key.
+// acc (HS) += sum_j p[j] * v[j * kv_stride + :] over j < n, each element summed in key order.
+// The output is walked in chunks of 64, four vectors held in four local arrays (registers) with
+// the keys inside: four independent fma chains per key (one chain waits on its own latency), and
+// acc loaded and stored once per chunk instead of once per key; then chunks of 16, then the last
+// HS % 16 elements.
 inline void accumulate_pv(float* acc, const float* p, const float* v, int64_t n, int64_t kv_stride,
                           int64_t HS) {
   constexpr int64_t kW = 16;
   int64_t i0 = 0;
+  for (; i0 + 4 * kW <= HS; i0 += 4 * kW) {
+    alignas(64) float a0[kW], a1[kW], a2[kW], a3[kW];
+#pragma omp simd
+    for (int64_t x = 0; x < kW; ++x) {
+      a0[x] = acc[i0 + x];
+      a1[x] = acc[i0 + kW + x];
+      a2[x] = acc[i0 + 2 * kW + x];
+      a3[x] = acc[i0 + 3 * kW + x];
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      const float pj = p[j];
+      const float* vj = v + j * kv_stride + i0;
+#pragma omp simd
+      for (int64_t x = 0; x < kW; ++x) {
+        a0[x] += pj * vj[x];
+        a1[x] += pj * vj[kW + x];
+        a2[x] += pj * vj[2 * kW + x];
+        a3[x] += pj * vj[3 * kW + x];
+      }
+    }
+#pragma omp simd
+    for (int64_t x = 0; x < kW; ++x) {
+      acc[i0 + x] = a0[x];
+      acc[i0 + kW + x] = a1[x];
+      acc[i0 + 2 * kW + x] = a2[x];
+      acc[i0 + 3 * kW + x] = a3[x];
+    }
+  }
   for (; i0 + kW <= HS; i0 += kW) {
     alignas(64) float a[kW];
 #pragma omp simd
