@@ -1,7 +1,8 @@
 // Causal GQA attention over a KV cache: the naive forward (one row at a time) beside a tiled one
 // (query block x key block, online softmax); forward saves the row log-sum-exp, backward recomputes
-// the probabilities from it in two deterministic passes (query rows for d_q, key rows for
-// d_k/d_v), so no T x T buffer is ever stored.
+// the probabilities from it, so no T x T buffer is ever stored: in one pass over each (sequence,
+// kv head)'s key blocks when those items fill the team, else in two finer-grained passes (query
+// rows for d_q, key rows for d_k/d_v); both deterministic, with the same bits.
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
