@@ -1,7 +1,9 @@
-// `tensorpar bench decode` (see decode_batch_bench.h). Each sequence first runs a prompt of
-// --context tokens (its own tokens, so no two sequences share a key); then --steps decode steps of
-// R rows are timed, three times, and the median taken. The tokens are fixed ids (no sampling:
-// only the forward is measured).
+// `tensorpar bench decode` (see decode_batch_bench.h). Each row count R gets its own sequences,
+// which first run a prompt of --context tokens (their own tokens, so no two sequences share a
+// key); then --repeats rounds each time --steps decode steps of every R in turn, so the row counts
+// meet the same moments of a shared machine (its memory bandwidth moves with other tenants). Per
+// R: the median step over the rounds, and its tokens/s against one row as the median of each
+// round's own ratio. The tokens are fixed ids (no sampling: only the forward is measured).
 #include "decode_batch_bench.h"
 
 #include <algorithm>
@@ -24,10 +26,26 @@ struct DecodeBenchOptions {
   std::string model, dtype = "auto";
   std::vector<int64_t> rows = {1, 4, 16, 64};
   int64_t context = 64, steps = 16;
-  int tp = 1, threads_per_rank = 0;
+  int repeats = 5, tp = 1, threads_per_rank = 0;
 };
 
 using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// R sequences after their prompts, and where the next decode step writes.
+struct RowBatch {
+  int64_t R = 0, pos = 0;
+  std::unique_ptr<KvPool> pool;
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<int32_t> next;
+  Tensor logits;
+  std::vector<SeqChunk> chunks;
+};
 
 void run_decode_bench(const DecodeBenchOptions& o) {
   LaunchConfig lc;
@@ -39,48 +57,66 @@ void run_decode_bench(const DecodeBenchOptions& o) {
     auto m = load_model(o.model, world, lo);
     const int64_t V = m->config().vocab_size, Vl = m->vocab_range().size();
     const bool lead = world.rank() == 0;
-    if (lead)
-      std::printf("decode: %s, tp %d; %lld-token context per sequence, %lld steps x 3 (median)\n%6s %12s %12s %10s\n",
-                  m->config().summary().c_str(), world.size(), (long long)o.context, (long long)o.steps, "rows",
-                  "ms/step", "tokens/s", "vs 1 row");
-    double one_row = 0;
-    for (const int64_t R : o.rows) {
-      const int64_t bs = 16, per_seq = (o.context + o.steps * 3 + bs) / bs + 1;
-      auto pool = m->make_kv_pool(R * per_seq, bs);
-      std::vector<std::vector<int32_t>> blocks(static_cast<size_t>(R)), prompts(static_cast<size_t>(R));
-      std::vector<int32_t> next(static_cast<size_t>(R));
+    std::vector<RowBatch> batches(o.rows.size());
+    for (size_t i = 0; i < o.rows.size(); ++i) {
+      RowBatch& b = batches[i];
+      const int64_t R = o.rows[i], bs = 16, per_seq = (o.context + o.steps * o.repeats + bs) / bs + 1;
+      b.R = R, b.pos = o.context;
+      b.pool = m->make_kv_pool(R * per_seq, bs);
+      b.blocks.resize(size_t(R));
+      b.next.resize(size_t(R));
+      std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(R));
       for (int64_t r = 0; r < R; ++r) {
-        for (int64_t b = 0; b < per_seq; ++b) blocks[size_t(r)].push_back(int32_t(r * per_seq + b));
+        for (int64_t k = 0; k < per_seq; ++k) b.blocks[size_t(r)].push_back(int32_t(r * per_seq + k));
         for (int64_t t = 0; t < o.context; ++t) prompts[size_t(r)].push_back(int32_t((r * 131 + t * 7 + 1) % V));
-        next[size_t(r)] = int32_t((r * 17 + 3) % V);
+        b.next[size_t(r)] = int32_t((r * 17 + 3) % V);
       }
-      Tensor logits = Tensor::empty({R, Vl}, DType::kF32);
-      std::vector<SeqChunk> chunks(static_cast<size_t>(R));
+      b.logits = Tensor::empty({R, Vl}, DType::kF32);
+      b.chunks.resize(size_t(R));
       for (int64_t r = 0; r < R; ++r)
-        chunks[size_t(r)] = {prompts[size_t(r)], 0, blocks[size_t(r)], LogitRows::kLast};
-      m->forward_batch(logits, chunks, *pool);
-      int64_t pos = o.context;
-      std::vector<double> ms;
-      for (int rep = 0; rep < 3; ++rep) {
+        b.chunks[size_t(r)] = {prompts[size_t(r)], 0, b.blocks[size_t(r)], LogitRows::kLast};
+      m->forward_batch(b.logits, b.chunks, *b.pool);
+    }
+    // ms[i][round]: one decode step of row count i in that round.
+    std::vector<std::vector<double>> ms(o.rows.size());
+    for (int round = 0; round < o.repeats; ++round)
+      for (size_t i = 0; i < batches.size(); ++i) {
+        RowBatch& b = batches[i];
         world.barrier();
         const auto t0 = Clock::now();
-        for (int64_t s = 0; s < o.steps; ++s, ++pos) {
-          for (int64_t r = 0; r < R; ++r)
-            chunks[size_t(r)] = {std::span<const int32_t>(&next[size_t(r)], 1), pos, blocks[size_t(r)],
-                                 LogitRows::kLast};
-          m->forward_batch(logits, chunks, *pool);
+        for (int64_t s = 0; s < o.steps; ++s, ++b.pos) {
+          for (int64_t r = 0; r < b.R; ++r)
+            b.chunks[size_t(r)] = {std::span<const int32_t>(&b.next[size_t(r)], 1), b.pos, b.blocks[size_t(r)],
+                                   LogitRows::kLast};
+          m->forward_batch(b.logits, b.chunks, *b.pool);
         }
-        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / double(o.steps));
+        ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / double(o.steps));
       }
-      std::sort(ms.begin(), ms.end());
-      const double step_ms = ms[1], tok_s = double(R) * 1000.0 / step_ms;
-      if (R == 1) one_row = tok_s;
-      if (lead) {
-        std::printf("%6lld %12.1f %12.1f %10s\n", (long long)R, step_ms, tok_s,
-                    one_row > 0 ? (std::to_string(tok_s / one_row).substr(0, 5) + "x").c_str() : "-");
-        std::fflush(stdout);
+    if (!lead) return;
+    std::printf("decode: %s, tp %d; %lld-token context per sequence; %d rounds of %lld steps per row count, "
+                "interleaved (medians)\n%6s %12s %12s %10s %s\n",
+                m->config().summary().c_str(), world.size(), (long long)o.context, o.repeats, (long long)o.steps,
+                "rows", "ms/step", "tokens/s", "vs 1 row", "(per round)");
+    const auto one = std::find(o.rows.begin(), o.rows.end(), int64_t(1));
+    for (size_t i = 0; i < batches.size(); ++i) {
+      const double step_ms = median(ms[i]), tok_s = double(batches[i].R) * 1000.0 / step_ms;
+      std::string ratio = "-", rounds;
+      if (one != o.rows.end()) {
+        const auto& base = ms[size_t(one - o.rows.begin())];
+        std::vector<double> r(ms[i].size());
+        for (size_t k = 0; k < r.size(); ++k) r[k] = double(batches[i].R) * base[k] / ms[i][k];
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.3fx", median(r));
+        ratio = buf;
+        for (double x : r) {
+          std::snprintf(buf, sizeof buf, "%s%.2f", rounds.empty() ? "" : " ", x);
+          rounds += buf;
+        }
       }
+      std::printf("%6lld %12.1f %12.1f %10s (%s)\n", (long long)batches[i].R, step_ms, tok_s, ratio.c_str(),
+                  rounds.c_str());
     }
+    std::fflush(stdout);
   });
 }
 
@@ -97,7 +133,8 @@ void add_decode_batch_bench(CLI::App& bench) {
       ->check(CLI::Range(int64_t(1), int64_t(4096)));
   cmd->add_option("--context", o->context, "Prompt tokens each sequence runs first")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
-  cmd->add_option("--steps", o->steps, "Decode steps per timed repetition")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--steps", o->steps, "Decode steps per row count and round")->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--repeats", o->repeats, "Rounds, each timing every row count in turn")->check(CLI::Range(1, 1000));
   cmd->add_option("--tp", o->tp, "Tensor-parallel ranks (threads of this process)")->check(CLI::Range(1, 64));
   cmd->add_option("-t,--threads-per-rank", o->threads_per_rank, "Compute threads per rank (0 = cores / ranks)")
       ->check(CLI::Range(0, 1024));

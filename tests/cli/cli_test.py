@@ -466,6 +466,19 @@ class Output(Workdir):
         self.assertEqual(len(turns), 4, r.stderr)
         self.assertIn("dropped the", r.stderr)
 
+    def test_bench_decode_interleaves_its_row_counts(self):
+        # Every row count is timed in each round; a row count's ratio is the median of its rounds'.
+        r = run(["bench", "decode", "-m", self.model_dir, "--rows", "1,3", "--steps", "2", "--context", "4",
+                 "--repeats", "3", "--tp", "2"])
+        self.assert_ok(r)
+        rows = [l.split() for l in lines(r.stdout) if re.match(r"\s*\d+\s", l)]
+        self.assertEqual([x[0] for x in rows], ["1", "3"], r.stdout)
+        self.assertEqual(rows[0][3], "1.000x", r.stdout)
+        for row in rows:
+            per_round = [float(x.strip("()")) for x in row[4:]]
+            self.assertEqual(len(per_round), 3, r.stdout)
+            self.assertAlmostEqual(float(row[3].rstrip("x")), sorted(per_round)[1], delta=0.006)
+
     def test_errors_from_the_ranks_have_no_launcher_prefix(self):
         line = self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--ctx", "1000"]), "--ctx")
         self.assertFalse(line.startswith("error: [launch_ranks]"), line)
