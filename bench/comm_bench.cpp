@@ -23,6 +23,7 @@
 #include "comm/launch.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "median.h"
 
 namespace tensorpar {
 
@@ -66,11 +67,6 @@ double traffic_bytes(BenchOp op, int n, double bytes) {
     case BenchOp::kBroadcast: return n * bytes;
   }
   return 0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Read+write bytes per second of one large memcpy (median of 5), the physical limit of a copy.

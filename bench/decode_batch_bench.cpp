@@ -17,6 +17,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/load_model.h"
+#include "median.h"
 
 namespace tensorpar {
 
@@ -30,12 +31,6 @@ struct DecodeBenchOptions {
 };
 
 using Clock = std::chrono::steady_clock;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // R sequences after their prompts, and where the next decode step writes.
 struct RowBatch {

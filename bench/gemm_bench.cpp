@@ -30,6 +30,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/rowwise_matmul.h"
+#include "median.h"
 
 namespace tensorpar {
 
@@ -64,11 +65,6 @@ double sample(Fn& fn, int iters) {
   const auto t0 = Clock::now();
   for (int i = 0; i < iters; ++i) fn();
   return seconds_since(t0) / iters;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 constexpr int kSamples = 7;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <dnnl.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -387,8 +388,7 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
   const bool quantized = dtype_is_quantized(weight.dtype());
   TP_CHECK(!quantized || (!d_weight && !d_bias), "[matmul_backward] weight ", weight.describe(),
            " is quantized (frozen): only d_in is available");
-  Tensor dy_converted;  // d_out as the input gradient's matmul took it (scratch slot 0)
-  bool have_dy_converted = false;
+  std::optional<Tensor> dy_converted;  // d_out as the input gradient's matmul took it (scratch slot 0)
   if (d_in) {
     Tensor dx = as_rows(*d_in, "d_in");
     TP_CHECK(dx.dim(0) == x.dim(0) && dx.dim(1) == x.dim(1), "[matmul_backward] d_in: got ",
@@ -398,8 +398,7 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
     } else {
       const Tensor w = compute_weight(eng, weight, 1);
       dy_converted = converted(eng, dy, w.dtype(), 0);
-      have_dy_converted = true;
-      matmul(eng, dx, dy_converted, w, nullptr, 1.0f, 1.0f);
+      matmul(eng, dx, *dy_converted, w, nullptr, 1.0f, 1.0f);
     }
   }
   if (d_weight) {
@@ -408,7 +407,7 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
              weight.describe());
     // Both operands in the activations' dtype (bf16 in bf16 compute); d_out follows in.
     const DType t = eng.compute_dtype() == DType::kBF16 ? DType::kBF16 : x.dtype();
-    const Tensor g = have_dy_converted && dy_converted.dtype() == t ? dy_converted : converted(eng, dy, t, 0);
+    const Tensor g = dy_converted && dy_converted->dtype() == t ? *dy_converted : converted(eng, dy, t, 0);
     const Tensor xc = converted(eng, x, t, 2);
     matmul(eng, *d_weight, g.transpose(0, 1), xc, nullptr, 1.0f, 1.0f);
   }
