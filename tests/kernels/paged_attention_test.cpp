@@ -214,6 +214,48 @@ TEST(PagedAttention, BatchAndChunkInvariant) {
   }
 }
 
+// A prompt's rows are taken in groups that share each block of keys; every row is still bitwise
+// what it is alone (a decode step at its position), in the f32 and the f16 kernel: prompts of 37
+// and 70 rows (groups of 8 and a remainder), starting at 0 and mid-sequence, 5 heads per kv head
+// (one tile of five) and 9 (five and four), windows shorter and longer than a group.
+TEST(PagedAttention, PromptRowsAsWhenRunAlone) {
+  Rng rng(19);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  for (auto [nh, nkv] : std::vector<std::pair<int64_t, int64_t>>{{10, 2}, {9, 1}})
+    for (auto [pos0, T] : std::vector<std::pair<int64_t, int64_t>>{{0, 37}, {45, 70}})
+      for (int64_t window : {0, 5, 100}) {
+        SCOPED_TRACE("heads " + std::to_string(nh) + "/" + std::to_string(nkv) + " rows " + std::to_string(T) +
+                     " from " + std::to_string(pos0) + " window " + std::to_string(window));
+        const int64_t bs = 16, hs = 80, n_blocks = (pos0 + T + bs - 1) / bs;
+        std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+        std::iota(table.begin(), table.end(), 0);
+        std::shuffle(table.begin(), table.end(), rng.gen());
+        PagedAttentionDims d;
+        d.NH = nh, d.NKV = nkv, d.HS = hs, d.block_size = bs, d.window = window;
+        const size_t pool_elems = size_t(n_blocks * bs * nkv * hs), row = size_t(nh * hs);
+        const std::vector<float> k = rng.uniform_vec(pool_elems), v = rng.uniform_vec(pool_elems);
+        std::vector<f16> kh(pool_elems), vh(pool_elems);
+        for (size_t i = 0; i < pool_elems; ++i) kh[i] = f32_to_f16(k[i]), vh[i] = f32_to_f16(v[i]);
+        const std::vector<float> q = rng.uniform_vec(size_t(T) * row);
+        PagedSeq whole;
+        whole.T = T, whole.pos0 = pos0, whole.blocks = table.data(), whole.n_blocks = n_blocks;
+        std::vector<float> got(q.size(), NAN), got16(q.size(), NAN), alone(row), alone16(row), want(q.size(), NAN);
+        paged_attention_forward(got.data(), q.data(), k.data(), v.data(), std::span<const PagedSeq>(&whole, 1), d);
+        paged_attention_forward_f16(got16.data(), q.data(), kh.data(), vh.data(), std::span<const PagedSeq>(&whole, 1), d);
+        paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), std::span<const PagedSeq>(&whole, 1), d);
+        EXPECT_LE(testing::max_abs_diff(got, want), 1e-5);
+        for (int64_t t = 0; t < T; ++t) {
+          PagedSeq one = whole;
+          one.T = 1, one.pos0 = pos0 + t;
+          const float* qt = q.data() + size_t(t) * row;
+          paged_attention_forward(alone.data(), qt, k.data(), v.data(), std::span<const PagedSeq>(&one, 1), d);
+          paged_attention_forward_f16(alone16.data(), qt, kh.data(), vh.data(), std::span<const PagedSeq>(&one, 1), d);
+          EXPECT_EQ(0, std::memcmp(alone.data(), got.data() + size_t(t) * row, row * sizeof(float))) << "row " << t;
+          EXPECT_EQ(0, std::memcmp(alone16.data(), got16.data() + size_t(t) * row, row * sizeof(float))) << "f16 row " << t;
+        }
+      }
+}
+
 TEST(PagedAttention, RejectsShortBlockTable) {
   std::vector<float> k(size_t(BS * NKV * HS)), v(k.size()), q(size_t(5 * NH * HS)), out(q.size());
   const int32_t table[1] = {0};

@@ -1,8 +1,10 @@
-// Paged attention (see paged_attention.h): per (query row, kv head) work item, the heads of the
-// group (in tiles of up to four, sharing each key and value load) score every key of the sequence
-// through its block table, then softmax and sum in key order (two passes over stored scores, no
-// online rescaling); the row stops at its own position (causal) and starts at the oldest key of
-// its sliding window (if any), so no masked score enters any sum.
+// Paged attention (see paged_attention.h): per work item (a group of up to eight consecutive
+// rows of one sequence, one kv head), the heads of the group (in tiles of up to five, sharing
+// each key and value load) score every key of the sequence through its block table, a block of
+// 64 keys at a time for every row of the group (the block stays in L1/L2 while the rows pass
+// it), then softmax and sum in key order (two passes over stored scores, no online rescaling);
+// each row stops at its own position (causal) and starts at the oldest key of its sliding window
+// (if any), so no masked score enters any sum.
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -16,7 +18,7 @@
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fast_math.h"
-#include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
 
@@ -31,6 +33,7 @@ constexpr int64_t kLanes = 16;  // keys scored side by side
 // The helpers below are inlined into row_group's clones, so each runs with its clone's ISA (FMA
 // included); an outlined copy would be built for the baseline ISA, where std::fma is a libm call.
 #define TP_INLINE inline __attribute__((always_inline))
+#define TP_INLINE_LAMBDA __attribute__((always_inline))
 
 PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSeq> seqs, const char* where) {
   PagedAttentionDims d = in;
@@ -48,45 +51,39 @@ PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSe
 
 
 // Heads of one kv group taken together: they share every key and value load, so the loops over
-// keys read each key and value once per tile of heads instead of once per head.
-constexpr int kHeadTile = 4;
+// keys read each key and value once per tile of heads instead of once per head. A group's heads
+// are split into tiles of at most kHeadTile, as even as possible (5 heads: one tile of 5, not 4 + 1).
+constexpr int kHeadTile = 5;
+// Consecutive rows of one sequence (a prompt) taken together: each block of kKeyBlock keys (and
+// of its values) is loaded once and used by every row of the group while it sits in L1/L2, where
+// row by row every row streamed all of its keys from L3 again.
+constexpr int64_t kRowGroup = 8;
+constexpr int64_t kKeyBlock = 4 * kLanes;
 
-// Scores of H heads (queries q + h * HS) over n keys starting at key `first` (a multiple of
-// kLanes) of a sequence whose blocks hold transposed keys (HS, bs), bs a multiple of kLanes: 16
-// keys per lane vector, four vectors side by side (independent fma chains, so the loop is not
-// latency-bound). Each key's score is its own fma chain over i, whatever H is.
-// scores[h * stride + j] is head h's score of key first + j.
+// Scores of H heads (queries q + h * HS) against the four lane chunks of 16 keys at ptr[c]
+// (transposed: element i of lane l at ptr[c][i * bs + l]), stored for the chunks c in [c_lo,
+// c_hi) at scores[h * stride + c * kLanes]. Each score is its own fma chain over i, whatever H
+// is and whichever chunks are computed together.
 template <int H>
-TP_INLINE void scores_transposed(float* scores, int64_t stride, const float* q, const float* k_pool,
-                              const int32_t* blocks, int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS,
-                              int64_t bs) {
-  const int64_t n_chunks = (n + kLanes - 1) / kLanes;
-  for (int64_t c0 = 0; c0 < n_chunks; c0 += 4) {
-    const float* ptr[4];
+TP_INLINE void score_chunks(float* scores, int64_t stride, const float* q, const float* const (&ptr)[4], int64_t HS,
+                            int64_t bs, int64_t c_lo, int64_t c_hi) {
+  float acc[H][4][kLanes] = {};
+  for (int64_t i = 0; i < HS; ++i) {
     for (int64_t c = 0; c < 4; ++c) {
-      const int64_t key0 = first + std::min(c0 + c, n_chunks - 1) * kLanes;  // unused slots repeat the last
-      ptr[c] = k_pool + (int64_t(blocks[key0 / bs]) * NKV + g) * HS * bs + key0 % bs;
-    }
-    float acc[H][4][kLanes] = {};
-    for (int64_t i = 0; i < HS; ++i) {
-      for (int64_t c = 0; c < 4; ++c) {
-        const float* kc = ptr[c] + i * bs;
-        for (int h = 0; h < H; ++h) {
-          const float qi = q[h * HS + i];
+      const float* kc = ptr[c] + i * bs;
+      for (int h = 0; h < H; ++h) {
+        const float qi = q[h * HS + i];
 #pragma omp simd
-          for (int64_t l = 0; l < kLanes; ++l) acc[h][c][l] = std::fma(qi, kc[l], acc[h][c][l]);
-        }
+        for (int64_t l = 0; l < kLanes; ++l) acc[h][c][l] = std::fma(qi, kc[l], acc[h][c][l]);
       }
     }
-    for (int64_t c = 0; c < 4 && c0 + c < n_chunks; ++c) {
-      const int64_t key0 = (c0 + c) * kLanes;
-      for (int h = 0; h < H; ++h)
-        std::copy(acc[h][c], acc[h][c] + std::min(kLanes, n - key0), scores + h * stride + key0);
-    }
   }
+  for (int64_t c = c_lo; c < c_hi; ++c)
+    for (int h = 0; h < H; ++h) std::copy(acc[h][c], acc[h][c] + kLanes, scores + h * stride + c * kLanes);
 }
 
-// The same scores for any block size (tests, short one-sequence caches): key by key.
+// The same scores for any block size (tests, short one-sequence caches): key by key, keys
+// [first, first + n) into scores[h * stride + j - first].
 TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, const float* k_pool,
                        const int32_t* blocks, int64_t first, int64_t n, int64_t NKV, int64_t g, int64_t HS,
                        int64_t bs) {
@@ -100,136 +97,226 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
     }
 }
 
-// For each of H heads: o + h * HS (w values) = sum over keys [first, first + n) of
-// p[h * stride + j - first] v_j[i0 .. i0 + w), each element its own fma chain in key order.
-template <int H, int64_t W>
+// For each of H heads: o + h * HS (w values) += sum over keys [j0, j1) of p[h * stride + j]
+// v_j[col .. col + w), each element its own fma chain in key order (o holds the chain's value
+// after the keys before j0: zero before the first). A whole 64 (w == 64) is held as four lane
+// vectors per head, unrolled so they stay in registers (as score_chunks' accumulators); a
+// shorter tail element by element.
+template <int H>
 TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
-                            const int32_t* blocks, int64_t first, int64_t n, int64_t kv_stride, int64_t col,
+                            const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
                             int64_t bs, int64_t w) {
-  float a[H][W] = {};
-  for (int64_t j = first; j < first + n; ++j) {
-    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
-    for (int h = 0; h < H; ++h) {
-      const float pj = p[h * stride + j - first];
-      if (w == W) {
+  if (w == 4 * kLanes) {
+    float a[H][4][kLanes];
+    TP_UNROLL for (int h = 0; h < H; ++h)
+      TP_UNROLL for (int c = 0; c < 4; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+      TP_UNROLL for (int h = 0; h < H; ++h) {
+        const float pj = p[h * stride + j];
+        TP_UNROLL for (int c = 0; c < 4; ++c) {
 #pragma omp simd
-        for (int64_t l = 0; l < W; ++l) a[h][l] = std::fma(pj, vr[l], a[h][l]);
-      } else {
-        for (int64_t l = 0; l < w; ++l) a[h][l] = std::fma(pj, vr[l], a[h][l]);
+          for (int64_t l = 0; l < kLanes; ++l) a[h][c][l] = std::fma(pj, vr[c * kLanes + l], a[h][c][l]);
+        }
       }
     }
+    TP_UNROLL for (int h = 0; h < H; ++h)
+      TP_UNROLL for (int c = 0; c < 4; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
+    return;
   }
-  for (int h = 0; h < H; ++h) std::copy(a[h], a[h] + w, o + h * HS);
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+    for (int h = 0; h < H; ++h) {
+      const float pj = p[h * stride + j];
+      float* oh = o + h * HS;
+      for (int64_t l = 0; l < w; ++l) oh[l] = std::fma(pj, vr[l], oh[l]);
+    }
+  }
 }
 
-// H heads of kv head g, from head h0, for one query row: every score of the row first (and its
-// max), then the exponentials and the weighted values in key order. Nothing depends on how keys
-// are grouped into blocks, how rows are batched or how heads are tiled: each score and each
-// output element is one fma chain in a fixed order. scores: H rows of `stride` floats (64-byte
-// aligned, stride a multiple of 16) holding at least pos + 1 each.
-template <int H>
-TP_INLINE void head_tile(float* out, const float* q, const float* k_pool, const float* v_pool, const PagedSeq& s,
-                      int64_t pos, int64_t g, int64_t h0, const PagedAttentionDims& d, float* scores,
-                      int64_t stride) {
-  const int64_t HS = d.HS, bs = d.block_size;
-  const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
-  // Keys [first, pos] are seen (the sliding window's, or all); scoring starts at a lane boundary
-  // at or before `first` so the transposed lanes stay whole, and the extra scores are unused.
-  // Both depend on the position only, never on the batch.
-  const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
-  const int64_t scored_from = first / kLanes * kLanes, n_keys = pos + 1 - first;
-  const float* qr = q + h0 * HS;
-  float* o = out + h0 * HS;
-  if (bs % kLanes == 0)
-    scores_transposed<H>(scores, stride, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
-  else
-    scores_any(scores, stride, H, qr, k_pool, s.blocks, scored_from, pos + 1 - scored_from, d.NKV, g, HS, bs);
-  float* p = scores + (first - scored_from);
-  float sum[H];
-  for (int h = 0; h < H; ++h) {
-    float* sc = p + h * stride;
-    float m = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : m)
-    for (int64_t j = 0; j < n_keys; ++j) {
-      sc[j] *= d.scale;
-      m = std::max(m, sc[j]);
+// Calls f.template operator()<H>(h0) for the tiles of heads [0, G): ceil(G / kHeadTile) tiles of
+// as even sizes as possible.
+template <typename F>
+TP_INLINE void for_head_tiles(int64_t G, F&& f) {
+  const int64_t tiles = (G + kHeadTile - 1) / kHeadTile;
+  for (int64_t t = 0, h0 = 0; t < tiles; ++t) {
+    const int64_t H = (G - h0 + (tiles - t) - 1) / (tiles - t);
+    switch (H) {
+      case 5: f.template operator()<5>(h0); break;
+      case 4: f.template operator()<4>(h0); break;
+      case 3: f.template operator()<3>(h0); break;
+      case 2: f.template operator()<2>(h0); break;
+      default: f.template operator()<1>(h0); break;
     }
-    float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-    for (int64_t j = 0; j < n_keys; ++j) {
-      sc[j] = fast_exp(sc[j] - m);
-      total += sc[j];
-    }
-    sum[h] = total;
+    h0 += H;
   }
-  for (int64_t i0 = 0; i0 < HS; i0 += 64)
-    weighted_values<H, 64>(o + i0, HS, p, stride, v_pool, s.blocks, first, n_keys, kv_stride, g * HS + i0, bs,
-                           std::min<int64_t>(64, HS - i0));
-  for (int h = 0; h < H; ++h) {
-    const float inv = 1.0f / sum[h];
-    float* oh = o + h * HS;
+}
+
+// The largest of x[0, n), 16 lanes at a time (as `a > b ? a : b`, the form that vectorizes to
+// a vector max; std::max under `omp simd reduction(max)` stayed scalar).
+TP_INLINE float max_of(const float* x, int64_t n) {
+  float lanes[kLanes];
+  std::fill(lanes, lanes + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
 #pragma omp simd
-    for (int64_t i = 0; i < HS; ++i) oh[i] *= inv;
+    for (int64_t l = 0; l < kLanes; ++l) lanes[l] = lanes[l] > x[j + l] ? lanes[l] : x[j + l];
   }
+  for (; j < n; ++j) lanes[0] = lanes[0] > x[j] ? lanes[0] : x[j];
+  float m = lanes[0];
+  for (int64_t l = 1; l < kLanes; ++l) m = m > lanes[l] ? m : lanes[l];
+  return m;
 }
 
-// One query row, the G heads of kv head g, in tiles of up to kHeadTile heads.
-TP_FMA_CLONES void row_group(float* out, const float* q, const float* k_pool, const float* v_pool,
-                             const PagedSeq& s, int64_t pos, int64_t g, const PagedAttentionDims& d, float* scores,
-                             int64_t stride) {
-  const int64_t G = d.NH / d.NKV;
-  for (int64_t h0 = g * G; h0 < (g + 1) * G; h0 += kHeadTile) {
-    switch (std::min<int64_t>(kHeadTile, (g + 1) * G - h0)) {
-      case 4: head_tile<4>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
-      case 3: head_tile<3>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
-      case 2: head_tile<2>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
-      default: head_tile<1>(out, q, k_pool, v_pool, s, pos, g, h0, d, scores, stride); break;
+// The first key a row at `pos` sees (its sliding window's, or key 0). Depends on the position
+// only, never on the batch.
+TP_INLINE int64_t first_key(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos + 1 - window) : 0;
+}
+
+// Rows [t0, t0 + R) of sequence s, the G heads of kv head g (query and output row r at q + r *
+// ldq and out + r * ldo, head h at + h * HS): every score of each row first (and its max), then
+// the exponentials, then the weighted values in key order. Nothing depends on how keys are
+// grouped into blocks, how rows are grouped or batched or how heads are tiled: each score and
+// each output element is one fma chain in a fixed order, and its softmax runs over the same
+// aligned span. scores: R * G rows of `stride` floats (64-byte aligned, stride a multiple of 16)
+// holding at least pos - base + kKeyBlock each; sums: R * G floats.
+TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ldq, const float* k_pool,
+                             const float* v_pool, const PagedSeq& s, int64_t t0, int64_t R, int64_t g,
+                             const PagedAttentionDims& d, float* scores, int64_t stride, float* sums) {
+  const int64_t HS = d.HS, bs = d.block_size, G = d.NH / d.NKV, h_begin = g * G;
+  const int64_t kv_stride = d.NKV * HS;  // between tokens of a block
+  const int64_t pos0 = s.pos0 + t0, end = pos0 + R;  // keys [.., end) are seen by some row
+  // Scores are stored by key from `base` (a key block boundary at or before the rows' first
+  // key): a row's span starts at a lane boundary at or before its first key, so the transposed
+  // lanes stay whole, and the extra scores are unused.
+  const int64_t base = first_key(pos0, d.window) / kKeyBlock * kKeyBlock;
+  auto score_row = [&](int64_t r, int64_t h) { return scores + (r * G + h) * stride; };
+  auto row_span = [&](int64_t r) {  // [lane boundary at or before the first key, pos + 1)
+    const int64_t pos = pos0 + r;
+    return std::pair<int64_t, int64_t>(first_key(pos, d.window) / kLanes * kLanes, pos + 1);
+  };
+  if (bs % kLanes == 0) {
+    const int64_t last_lane = (end - 1) / kLanes * kLanes;  // lanes past it repeat it (never read beyond)
+    for (int64_t kb = base; kb < end; kb += kKeyBlock) {
+      const float* ptr[4];
+      for (int64_t c = 0; c < 4; ++c) {
+        const int64_t key0 = std::min(kb + c * kLanes, last_lane);
+        ptr[c] = k_pool + (int64_t(s.blocks[key0 / bs]) * d.NKV + g) * HS * bs + key0 % bs;
+      }
+      for (int64_t r = 0; r < R; ++r) {
+        const auto [lo, hi] = row_span(r);
+        if (hi <= kb || lo >= kb + kKeyBlock) continue;
+        const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes), c_hi = std::min<int64_t>(4, (hi - kb + kLanes - 1) / kLanes);
+        for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
+          score_chunks<H>(score_row(r, h0) + (kb - base), stride, q + r * ldq + (h_begin + h0) * HS, ptr, HS, bs,
+                          c_lo, c_hi);
+        });
+      }
+    }
+  } else {
+    for (int64_t r = 0; r < R; ++r) {
+      const auto [lo, hi] = row_span(r);
+      scores_any(score_row(r, 0) + (lo - base), stride, int(G), q + r * ldq + h_begin * HS, k_pool, s.blocks, lo,
+                 hi - lo, d.NKV, g, HS, bs);
     }
   }
+  const float scale = d.scale;  // a local: through `d` each store to the scores could alias it (no vectors)
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t pos = pos0 + r, first = first_key(pos, d.window), n_keys = pos + 1 - first;
+    for (int64_t h = 0; h < G; ++h) {
+      float* sc = score_row(r, h) + (first - base);
+#pragma omp simd
+      for (int64_t j = 0; j < n_keys; ++j) sc[j] *= scale;
+      const float m = max_of(sc, n_keys);
+      float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+      for (int64_t j = 0; j < n_keys; ++j) {
+        sc[j] = fast_exp(sc[j] - m);
+        total += sc[j];
+      }
+      sums[r * G + h] = total;
+    }
+    std::fill(out + r * ldo + h_begin * HS, out + r * ldo + (h_begin + G) * HS, 0.0f);
+  }
+  // Values a block of keys at a time, each block used by every row that sees its keys.
+  for (int64_t i0 = 0; i0 < HS; i0 += 64) {
+    const int64_t w = std::min<int64_t>(64, HS - i0);
+    for (int64_t kb = base; kb < end; kb += kKeyBlock)
+      for (int64_t r = 0; r < R; ++r) {
+        const int64_t pos = pos0 + r;
+        const int64_t j0 = std::max(kb, first_key(pos, d.window)), j1 = std::min(kb + kKeyBlock, pos + 1);
+        if (j0 >= j1) continue;
+        for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
+          weighted_values<H>(out + r * ldo + (h_begin + h0) * HS + i0, HS, score_row(r, h0) - base, stride,
+                                 v_pool, s.blocks, j0, j1, kv_stride, g * HS + i0, bs, w);
+        });
+      }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t h = 0; h < G; ++h) {
+      const float inv = 1.0f / sums[r * G + h];
+      float* oh = out + r * ldo + (h_begin + h) * HS;
+#pragma omp simd
+      for (int64_t i = 0; i < HS; ++i) oh[i] *= inv;
+    }
 }
 
-// Work items (sequence row, kv head) of a call, listed once so the loop can be split evenly.
+// Work items (group of rows, kv head) of a call, listed once so the loop can be split evenly.
 struct WorkRows {
-  std::vector<std::pair<int32_t, int64_t>> rows;  // (sequence index, row within it)
+  struct Group {
+    int32_t seq;
+    int64_t t0, R;  // rows [t0, t0 + R) of the sequence
+  };
+  std::vector<Group> groups;
   int64_t keys = 0, max_keys = 1;
 };
 
-WorkRows list_rows(std::span<const PagedSeq> seqs) {
+WorkRows list_rows(std::span<const PagedSeq> seqs, int64_t rows_per_group) {
   WorkRows w;
-  for (size_t i = 0; i < seqs.size(); ++i)
-    for (int64_t t = 0; t < seqs[i].T; ++t) {
-      w.rows.emplace_back(int32_t(i), t);
-      w.keys += seqs[i].pos0 + t + 1;
-      w.max_keys = std::max(w.max_keys, seqs[i].pos0 + t + 1);
-    }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int64_t t = 0; t < seqs[i].T; t += rows_per_group)
+      w.groups.push_back({int32_t(i), t, std::min(rows_per_group, seqs[i].T - t)});
+    for (int64_t t = 0; t < seqs[i].T; ++t) w.keys += seqs[i].pos0 + t + 1;
+    if (seqs[i].T > 0) w.max_keys = std::max(w.max_keys, seqs[i].pos0 + seqs[i].T);
+  }
   return w;
 }
 
-// kHeadTile rows of scores, each 64-byte aligned, so no vector loop over one is ever peeled
-// differently for another batch.
+// Rows per group: kRowGroup, fewer where their scores would not fit in about 1 MiB (L2) or no
+// sequence has that many rows (a decode step).
+int64_t rows_per_group(std::span<const PagedSeq> seqs, const PagedAttentionDims& d) {
+  int64_t max_keys = 1, max_rows = 1;
+  for (const PagedSeq& s : seqs) max_keys = std::max(max_keys, s.pos0 + s.T), max_rows = std::max(max_rows, s.T);
+  const int64_t row_floats = (d.NH / d.NKV) * (max_keys + 2 * kKeyBlock);
+  return std::clamp<int64_t>((int64_t(1) << 18) / row_floats, 1, std::min(kRowGroup, max_rows));
+}
+
+// Per thread: R * G rows of scores, each 64-byte aligned, so no vector loop over one is ever
+// peeled differently for another batch; and the rows' softmax sums.
 struct ScoreRows {
-  explicit ScoreRows(int64_t max_keys)
-      : stride((max_keys + 16 + 15) / 16 * 16), buf(size_t(kHeadTile * stride + 16)) {}
+  ScoreRows(int64_t max_keys, int64_t rows)
+      : stride((max_keys + 2 * kKeyBlock + 15) / 16 * 16), buf(size_t(rows * stride + 16)), sums(size_t(rows)) {}
   float* data() { return buf.data() + (16 - (reinterpret_cast<uintptr_t>(buf.data()) / 4) % 16) % 16; }
   int64_t stride;
-  std::vector<float> buf;
+  std::vector<float> buf, sums;
 };
 
-// The keys and values a work item of an f16 pool reads, widened: keys [from, pos] of kv head g
+// The keys and values a work item of an f16 pool reads, widened: keys [from, to] of kv head g
 // as one transposed block (HS, stride) and values as rows (stride, HS), so the f32 arithmetic
 // runs on them unchanged (as a one-block sequence at position pos - from). A thread's next item
-// of the same sequence, kv head and `from` (the next row of a prompt) widens only the keys
+// of the same sequence, kv head and `from` (the next rows of a prompt) widens only the keys
 // after the last one it holds.
 struct WidenedKv {
-  WidenedKv(int64_t max_keys, int64_t HS, int64_t G)
-      : stride((max_keys + kLanes) / kLanes * kLanes), k(size_t(stride * HS)), v(k.size()), q(size_t(G * HS)) {}
+  WidenedKv(int64_t max_keys, int64_t HS, int64_t G, int64_t R)
+      : stride((max_keys + kLanes) / kLanes * kLanes), k(size_t(stride * HS)), v(k.size()), q(size_t(R * G * HS)) {}
   int64_t stride;
   std::vector<float> k, v, q;
   int64_t seq = -1, g = -1, from = -1, to = -1;  // what k and v hold: keys [from, to] (values from
   int64_t values_from = -1;                      // values_from) of sequence seq's kv head g
 };
 
-// Items (a row's kv head group) handed to a thread at a time: one while there are few (a decode
+// Items (a group's kv head) handed to a thread at a time: one while there are few (a decode
 // step has one row per sequence: in fours, one thread took every kv head of it), four in prefill.
 int64_t item_chunk(int64_t items) { return items >= 64 ? 4 : 1; }
 
@@ -238,18 +325,19 @@ int64_t item_chunk(int64_t items) { return items >= 64 ? 4 : 1; }
 void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
                              std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward");
-  const WorkRows w = list_rows(seqs);
-  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
+  const int64_t R = rows_per_group(seqs, d), G = d.NH / d.NKV;
+  const WorkRows w = list_rows(seqs, R);
+  const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
 #pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
   {
-    ScoreRows scores(w.max_keys);
+    ScoreRows scores(w.max_keys, R * G);
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
-      const auto [si, t] = w.rows[size_t(it / d.NKV)];
-      const PagedSeq& s = seqs[size_t(si)];
-      const int64_t r = s.row_begin + t;
-      row_group(out + r * row_stride, q + r * row_stride, k_pool, v_pool, s, s.pos0 + t, it % d.NKV, d,
-                scores.data(), scores.stride);
+      const WorkRows::Group& gr = w.groups[size_t(it / d.NKV)];
+      const PagedSeq& s = seqs[size_t(gr.seq)];
+      const int64_t r = s.row_begin + gr.t0;
+      row_group(out + r * row_stride, row_stride, q + r * row_stride, row_stride, k_pool, v_pool, s, gr.t0, gr.R,
+                it % d.NKV, d, scores.data(), scores.stride, scores.sums.data());
     }
   }
 }
@@ -257,27 +345,30 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
 void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, const f16* v_pool,
                                  std::span<const PagedSeq> seqs, const PagedAttentionDims& dims) {
   const PagedAttentionDims d = resolve(dims, seqs, "paged_attention_forward_f16");
-  const WorkRows w = list_rows(seqs);
+  const int64_t R = rows_per_group(seqs, d);
+  const WorkRows w = list_rows(seqs, R);
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
-  const int64_t items = int64_t(w.rows.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
+  const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
 #pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
   {
-    ScoreRows scores(w.max_keys);
-    WidenedKv kv(w.max_keys, HS, G);
+    ScoreRows scores(w.max_keys, R * G);
+    WidenedKv kv(w.max_keys, HS, G, R);
     const int32_t block0 = 0;
-    // Items kv head major (the f32 kernel's are row major; the order decides only which thread
+    // Items kv head major (the f32 kernel's are group major; the order decides only which thread
     // runs an item), so a thread's consecutive items are consecutive rows of one head.
-    const int64_t n_rows = int64_t(w.rows.size());
+    const int64_t n_groups = int64_t(w.groups.size());
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
-      const auto [si, t] = w.rows[size_t(it % n_rows)];
-      const PagedSeq& s = seqs[size_t(si)];
-      const int64_t r = s.row_begin + t, pos = s.pos0 + t, g = it / n_rows;
-      // The keys the f32 kernel would score (from a lane boundary at or before the window's
-      // first key) and the values it would sum.
-      const int64_t first = d.window > 0 ? std::max<int64_t>(0, pos + 1 - d.window) : 0;
-      const int64_t from = first / kLanes * kLanes;
-      const bool reuse = kv.seq == si && kv.g == g && kv.from == from && kv.to < pos && kv.values_from <= first;
+      const WorkRows::Group& gr = w.groups[size_t(it % n_groups)];
+      const PagedSeq& s = seqs[size_t(gr.seq)];
+      const int64_t r = s.row_begin + gr.t0, pos_first = s.pos0 + gr.t0, pos = pos_first + gr.R - 1;
+      const int64_t g = it / n_groups;
+      // The keys the f32 kernel would score (from a key block boundary at or before the first
+      // row's first key) and the values it would sum.
+      const int64_t first = first_key(pos_first, d.window);
+      const int64_t from = first / kKeyBlock * kKeyBlock;
+      const bool reuse =
+          kv.seq == gr.seq && kv.g == g && kv.from == from && kv.to < pos && kv.values_from <= first;
       const int64_t start = reuse ? kv.to + 1 : from;
       for (int64_t j = start; j <= pos;) {
         const int64_t blk = s.blocks[j / bs], off = j % bs, run = std::min(bs - off, pos + 1 - j);
@@ -288,14 +379,16 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
           f16_to_f32_n(kv.v.data() + (jj - from) * HS, v_pool + (blk * bs + off + (jj - j)) * kv_stride + g * HS, HS);
         j += run;
       }
-      kv.seq = si, kv.g = g, kv.from = from, kv.to = pos, kv.values_from = reuse ? kv.values_from : first;
-      const float* qr = q + r * row_stride + g * G * HS;
-      for (int64_t i = 0; i < G * HS; ++i) kv.q[size_t(i)] = f16_to_f32(f32_to_f16(qr[i]));
+      kv.seq = gr.seq, kv.g = g, kv.from = from, kv.to = pos, kv.values_from = reuse ? kv.values_from : first;
+      for (int64_t t = 0; t < gr.R; ++t) {
+        const float* qr = q + (r + t) * row_stride + g * G * HS;
+        for (int64_t i = 0; i < G * HS; ++i) kv.q[size_t(t * G * HS + i)] = f16_to_f32(f32_to_f16(qr[i]));
+      }
       PagedAttentionDims one = d;
       one.NH = G, one.NKV = 1, one.block_size = kv.stride;
-      const PagedSeq widened{0, 1, pos - from, &block0, 1};
-      row_group(out + r * row_stride + g * G * HS, kv.q.data(), kv.k.data(), kv.v.data(), widened, pos - from, 0,
-                one, scores.data(), scores.stride);
+      const PagedSeq widened{0, gr.R, pos_first - from, &block0, 1};
+      row_group(out + r * row_stride + g * G * HS, row_stride, kv.q.data(), G * HS, kv.k.data(), kv.v.data(), widened,
+                0, gr.R, 0, one, scores.data(), scores.stride, scores.sums.data());
     }
   }
 }
