@@ -3,7 +3,9 @@
 // masked (zeros past K), so every chunk is a whole VDPBF16PS. Input rows are taken in chunks of
 // kRowChunk (their bf16 copy stays in L2); within a chunk, threads split the weight rows in
 // blocks of 6, each block multiplied against the chunk's rows 4 at a time (24 accumulators; 6 x 4
-// beat 8 x 3 at 16 rows by 10%: no group of one row left over).
+// beat 8 x 3 at 16 rows by 10%: no group of one row left over); one input row takes the weight
+// rows one at a time (kStreamMaxRows). The block shape never changes a result: each
+// output is one accumulator over the chunks in order, summed by the same lane tree.
 // GCC 12 falsely flags the intrinsic headers' undefined-vector idiom in target-attribute
 // functions (its bug 105593); the warning is about the header, not this file.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -29,6 +31,13 @@ namespace {
 constexpr int kChunk = 32;        // bf16 values of K per VDPBF16PS
 constexpr int kWRows = 6;         // weight rows per register block
 constexpr int kXRows = 4;         // input rows per register block (24 accumulators)
+// At one input row nothing of a weight row is reused and the weights stream from memory: each
+// thread then walks its weight rows one at a time, a single sequential stream (6 rows side by
+// side were 6 streams a row apart, which the hardware prefetchers follow worse: the 0.7B
+// model's one-row decode step 26 ms against 34-37 on a quiet memory bus). Two rows this way won
+// on a quiet bus (36 against 37-40 ms) and lost on a busy one (52 against 47-49), three lost on
+// both (60 against 41-43): they keep the blocks (docs/BENCHMARKS.md).
+constexpr int64_t kStreamMaxRows = 1;
 constexpr int64_t kRowChunk = 64;  // input rows whose bf16 copy stays in L2 while the weight streams
 constexpr int64_t kSlab = 2048;    // values of K per pass of a block (a K up to 1.5x this is one slab)
 constexpr int64_t kPartialFloats = kWRows * kXRows * 16;  // one block's accumulators between slabs
@@ -173,6 +182,11 @@ TP_AVX512BF16 void run(const Operands& o) {
     alignas(64) float partial[(kRowChunk + kXRows - 1) / kXRows * kPartialFloats];
     for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
       const int64_t c1 = std::min(o.M, c0 + kRowChunk);
+      if (o.M <= kStreamMaxRows) {
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < o.N; ++n) weight_rows<1>(o, n, 0, o.M, partial);
+        continue;
+      }
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
         const int64_t n0 = b * kWRows;
