@@ -316,7 +316,7 @@ def run(a):
     decode_prompt, prefill_prompt = corpus[:a.decode_prompt_chars], corpus[:a.prefill_prompt_chars]
     sizes = a.sizes.split(",")
     engines = [e for e in ENGINES if engine_runs_here(e) and
-               (not a.engines or any(e.startswith(x) for x in a.engines.split(",")))]
+               (not a.engines or any(e == x or (x not in ENGINES and e.startswith(x)) for x in a.engines.split(",")))]
     for s in sizes:
         for p in (model_dir(s), gguf_path(s)):
             if not os.path.exists(p):
@@ -419,7 +419,8 @@ def main():
     r = sub.add_parser("run")
     r.add_argument("--bin", default=os.path.join(REPO, "build", "bin", "tensorpar"))
     r.add_argument("--sizes", default="0.3b,0.7b,1.5b")
-    r.add_argument("--engines", default="", help="comma-separated name prefixes (default: all)")
+    r.add_argument("--engines", default="",
+                   help="comma-separated engine names, or name prefixes (a full name selects that engine alone; default: all)")
     r.add_argument("--rounds", type=int, default=3)
     r.add_argument("--max-tokens", type=int, default=64)
     r.add_argument("--cores", default="0,1", help="the cores every engine is pinned to")
