@@ -37,7 +37,7 @@ struct PagedSeq {
 // out (N,NH,HS) for the rows of seqs; q (N,NH,HS); k_pool (blocks, NKV, HS, block_size): each
 // block's keys transposed, so a block's scores are block_size independent lanes; v_pool
 // (blocks, block_size, NKV, HS).
-// Parallel over (sequence row, kv head).
+// Parallel over (group of up to 8 consecutive rows of a sequence, kv head).
 void paged_attention_forward(float* out, const float* q, const float* k_pool, const float* v_pool,
                              std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
 // The reference: gathers each sequence's keys into contiguous rows and runs
