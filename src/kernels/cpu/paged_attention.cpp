@@ -52,7 +52,8 @@ PagedAttentionDims resolve(const PagedAttentionDims& in, std::span<const PagedSe
 
 // Heads of one kv group taken together: they share every key and value load, so the loops over
 // keys read each key and value once per tile of heads instead of once per head. A group's heads
-// are split into tiles of at most kHeadTile, as even as possible (5 heads: one tile of 5, not 4 + 1).
+// are split into tiles of at most kHeadTile, as even as possible (5 heads: one tile of 5, not
+// 4 + 1).
 constexpr int kHeadTile = 5;
 // Consecutive rows of one sequence (a prompt) taken together: each block of kKeyBlock keys (and
 // of its values) is loaded once and used by every row of the group while it sits in L1/L2, where
@@ -104,8 +105,8 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
 // shorter tail element by element.
 template <int H>
 TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
-                            const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
-                            int64_t bs, int64_t w) {
+                               const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
+                               int64_t bs, int64_t w) {
   if (w == 4 * kLanes) {
     float a[H][4][kLanes];
     TP_UNROLL for (int h = 0; h < H; ++h)
@@ -207,7 +208,8 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
       for (int64_t r = 0; r < R; ++r) {
         const auto [lo, hi] = row_span(r);
         if (hi <= kb || lo >= kb + kKeyBlock) continue;
-        const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes), c_hi = std::min<int64_t>(4, (hi - kb + kLanes - 1) / kLanes);
+        const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes);
+        const int64_t c_hi = std::min<int64_t>(4, (hi - kb + kLanes - 1) / kLanes);
         for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
           score_chunks<H>(score_row(r, h0) + (kb - base), stride, q + r * ldq + (h_begin + h0) * HS, ptr, HS, bs,
                           c_lo, c_hi);
@@ -249,7 +251,7 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
         if (j0 >= j1) continue;
         for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
           weighted_values<H>(out + r * ldo + (h_begin + h0) * HS + i0, HS, score_row(r, h0) - base, stride,
-                                 v_pool, s.blocks, j0, j1, kv_stride, g * HS + i0, bs, w);
+                             v_pool, s.blocks, j0, j1, kv_stride, g * HS + i0, bs, w);
         });
       }
   }
