@@ -169,7 +169,8 @@ TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, i
 }
 
 TP_AVX512BF16 void run(const Operands& o) {
-  const int64_t blocks = (o.N + kWRows - 1) / kWRows;
+  const int64_t wrows = o.M <= kStreamMaxRows ? 1 : kWRows;  // weight rows per block
+  const int64_t blocks = (o.N + wrows - 1) / wrows;
 #pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
   {
 #pragma omp for schedule(static)
@@ -182,16 +183,11 @@ TP_AVX512BF16 void run(const Operands& o) {
     alignas(64) float partial[(kRowChunk + kXRows - 1) / kXRows * kPartialFloats];
     for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
       const int64_t c1 = std::min(o.M, c0 + kRowChunk);
-      if (o.M <= kStreamMaxRows) {
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < o.N; ++n) weight_rows<1>(o, n, 0, o.M, partial);
-        continue;
-      }
 #pragma omp for schedule(static)
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t n0 = b * kWRows;
+        const int64_t n0 = b * wrows;
         static_assert(kWRows == 6, "the cases below are kWRows ... 1");
-        switch (std::min<int64_t>(kWRows, o.N - n0)) {
+        switch (std::min<int64_t>(wrows, o.N - n0)) {
           case 6: weight_rows<6>(o, n0, c0, c1, partial); break;
           case 5: weight_rows<5>(o, n0, c0, c1, partial); break;
           case 4: weight_rows<4>(o, n0, c0, c1, partial); break;
