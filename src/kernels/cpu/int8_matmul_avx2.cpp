@@ -328,6 +328,7 @@ TP_AVX2 void kquant_dot(const char* wrow, int64_t nsb, const char* act, const Ac
 
 struct Avx2 {
   static constexpr int kWRows = 2;
+  static constexpr bool kStreamsRows = false;  // one input row: one weight row at a time
   template <DType T, int W, int R, bool kUnpacked>
   static void legacy_dot(const char* const* w, int64_t nb, const char* act, const ActLayout& l, float* const* m,
                          float* res) {

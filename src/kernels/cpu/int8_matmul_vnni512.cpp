@@ -9,10 +9,12 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/cpu/avx512_reduce.h"
 #include "kernels/cpu/int8_matmul_driver.h"
 #include "kernels/cpu/unroll.h"
 
@@ -24,71 +26,93 @@ namespace {
 
 namespace vnni {
 
-// ---- legacy blocks: 32 codes (unsigned, code = q + offset) in a 256-bit half ----
+// ---- legacy blocks: 32 codes (unsigned, code = q + offset) per block, two blocks per 512 bits ----
 
-// The 32 nibbles of 16 bytes in element order: low halves are elements 0..15, high 16..31.
-TP_VNNI inline __m256i nibbles32(const uint8_t* qs) {
-  const __m128i mask = _mm_set1_epi8(0x0f);
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
+// One Q8_0 block's codes (q + 128) and scale.
+TP_VNNI inline __m256i q8_0_codes(const char* blk, float& d) {
+  const auto* b = reinterpret_cast<const BlockQ8_0*>(blk);
+  d = _cvtsh_ss(b->d.bits);
+  return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs)), _mm256_set1_epi8(char(0x80)));
 }
 
-// q5's fifth bits (bit j of the little-endian qh: element j) added as 16.
-TP_VNNI inline __m256i fifth_bits(__m256i c, const uint8_t* qh) {
-  uint32_t bits;
-  std::memcpy(&bits, qh, 4);
-  return _mm256_mask_add_epi8(c, __mmask32(bits), c, _mm256_set1_epi8(16));
-}
-
+// Where a 4- or 5-bit block keeps its nibbles, its fifth bits and its offset m (bytes; every
+// field of these blocks starts at an even byte, so 16-bit permutes can gather them).
 template <DType T>
-TP_VNNI inline __m256i legacy_codes(const char* blk, float& d, float& m) {
-  m = 0.0f;
-  if constexpr (T == DType::kQ4_0) {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    return nibbles32(b->qs);
-  } else if constexpr (T == DType::kQ4_1) {
-    const auto* b = reinterpret_cast<const BlockQ4_1*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    m = _cvtsh_ss(b->m.bits);
-    return nibbles32(b->qs);
-  } else if constexpr (T == DType::kQ5_0) {
-    const auto* b = reinterpret_cast<const BlockQ5_0*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    return fifth_bits(nibbles32(b->qs), b->qh);
-  } else if constexpr (T == DType::kQ5_1) {
-    const auto* b = reinterpret_cast<const BlockQ5_1*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    m = _cvtsh_ss(b->m.bits);
-    return fifth_bits(nibbles32(b->qs), b->qh);
-  } else if constexpr (T == DType::kQ8_0) {
-    const auto* b = reinterpret_cast<const BlockQ8_0*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    return _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b->qs)), _mm256_set1_epi8(char(0x80)));
-  } else {
-    static_assert(T == DType::kIQ4_NL);
-    const auto* b = reinterpret_cast<const BlockIQ4_NL*>(blk);
-    d = _cvtsh_ss(b->d.bits);
-    const __m256i idx = nibbles32(b->qs);
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
-    return _mm256_xor_si256(_mm256_shuffle_epi8(table, idx), _mm256_set1_epi8(char(0x80)));
-  }
+constexpr int64_t qs_offset() {
+  if constexpr (T == DType::kQ4_1) return offsetof(BlockQ4_1, qs);
+  else if constexpr (T == DType::kQ5_0) return offsetof(BlockQ5_0, qs);
+  else if constexpr (T == DType::kQ5_1) return offsetof(BlockQ5_1, qs);
+  else if constexpr (T == DType::kIQ4_NL) return offsetof(BlockIQ4_NL, qs);
+  else return offsetof(BlockQ4_0, qs);
 }
+template <DType T>
+constexpr int64_t qh_offset() {
+  return T == DType::kQ5_1 ? offsetof(BlockQ5_1, qh) : offsetof(BlockQ5_0, qh);
+}
+
+// The 16-bit word indices that gather two blocks (at words 0 and bb / 2 of one load) as the
+// kernel multiplies them. Nibbles: each 128-bit lane one block's 16 bytes of qs, twice (lanes 0-1
+// block b, 2-3 block b+1; the second copy is shifted right by 4: the high nibbles, elements 16-31).
+// Scales: the two f16 d words, each in 8 consecutive words (lanes 0-7 and 8-15 after widening).
+template <DType T>
+struct PairWords {
+  alignas(64) int16_t nibbles[32];
+  alignas(64) int16_t scales[32];
+  constexpr PairWords() : nibbles(), scales() {
+    constexpr int bw = int(dtype_block_bytes(T) / 2), qw = int(qs_offset<T>() / 2);
+    for (int i = 0; i < 32; ++i) {
+      nibbles[i] = int16_t((i / 16) * bw + qw + i % 8);
+      scales[i] = int16_t(i >= 8 && i < 16 ? bw : 0);
+    }
+  }
+};
 
 // The codes and scales of blocks b and b+1 (b+1 < nb, else zeros) of one weight row as the
-// kernel multiplies them: 64 codes and the 16 lanes' f32 scales.
+// kernel multiplies them: 64 codes and the 16 lanes' f32 scales. The 4- and 5-bit types take
+// both blocks in one masked load and two word permutes; Q8_0 (two blocks: 68 bytes) one block at
+// a time.
 template <DType T>
 TP_VNNI inline void legacy_pair(const char* wrow, int64_t b, int64_t nb, __m512i& codes, __m512& dw, float& m0, float& m1) {
   constexpr int64_t bb = dtype_block_bytes(T);
-  float d0, d1 = 0.0f;
-  m1 = 0.0f;
-  const __m256i c0 = legacy_codes<T>(wrow + b * bb, d0, m0);
-  __m256i c1 = _mm256_setzero_si256();
-  if (b + 1 < nb) c1 = legacy_codes<T>(wrow + (b + 1) * bb, d1, m1);
-  codes = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
-  dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
+  const bool two = b + 1 < nb;
+  const char* blk = wrow + b * bb;
+  m0 = m1 = 0.0f;
+  if constexpr (T == DType::kQ8_0) {
+    float d0, d1 = 0.0f;
+    const __m256i c0 = q8_0_codes(blk, d0);
+    __m256i c1 = _mm256_setzero_si256();
+    if (two) c1 = q8_0_codes(blk + bb, d1);
+    codes = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
+    dw = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(d0)), _mm256_set1_ps(d1), 1);
+  } else {
+    static_assert(2 * bb <= 64 && bb % 2 == 0);
+    static constexpr PairWords<T> kWords;
+    const __mmask32 words = __mmask32((uint64_t(1) << (two ? bb : bb / 2)) - 1);
+    const __m512i raw = _mm512_maskz_loadu_epi16(words, blk);
+    __m512i q = _mm512_permutexvar_epi16(_mm512_load_si512(kWords.nibbles), raw);
+    q = _mm512_and_si512(_mm512_mask_srli_epi16(q, __mmask32(0xff00ff00u), q, 4), _mm512_set1_epi8(0x0f));
+    dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(_mm512_load_si512(kWords.scales), raw)));
+    if constexpr (T == DType::kQ5_0 || T == DType::kQ5_1) {
+      uint32_t h0, h1 = 0;
+      std::memcpy(&h0, blk + qh_offset<T>(), 4);
+      if (two) std::memcpy(&h1, blk + bb + qh_offset<T>(), 4);
+      q = _mm512_mask_add_epi8(q, __mmask64(h0 | uint64_t(h1) << 32), q, _mm512_set1_epi8(16));
+    }
+    if constexpr (T == DType::kQ4_1 || T == DType::kQ5_1) {
+      constexpr int64_t mo = T == DType::kQ4_1 ? offsetof(BlockQ4_1, m) : offsetof(BlockQ5_1, m);
+      uint16_t h;
+      std::memcpy(&h, blk + mo, 2);
+      m0 = _cvtsh_ss(h);
+      if (two) std::memcpy(&h, blk + bb + mo, 2), m1 = _cvtsh_ss(h);
+    }
+    if constexpr (T == DType::kIQ4_NL) {
+      const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
+      q = _mm512_xor_si512(_mm512_shuffle_epi8(table, q), _mm512_set1_epi8(char(0x80)));
+      if (!two) q = _mm512_maskz_mov_epi64(0x0f, q);  // a missing block's codes are 0, as its scale
+    }
+    codes = q;
+  }
 }
-
 
 template <DType T>
 TP_VNNI void legacy_unpack_row(const char* wrow, int64_t nb, char* dst, float* m) {
@@ -102,6 +126,18 @@ TP_VNNI void legacy_unpack_row(const char* wrow, int64_t nb, char* dst, float* m
     m[b] = m0;
     if (b + 1 < nb) m[b + 1] = m1;
   }
+}
+
+// The q4_1 / q5_1 offset term of one weight row (its block offsets m) and one input row a:
+// sum_b m_b * s_b.
+TP_VNNI inline float offset_term(const float* m, const char* a, const ActLayout& l, int64_t nb) {
+  const float* sx = reinterpret_cast<const float*>(a + l.off_c);
+  __m512 macc = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 16 <= nb; b += 16) macc = _mm512_fmadd_ps(_mm512_loadu_ps(m + b), _mm512_loadu_ps(sx + b), macc);
+  const __mmask16 tail = __mmask16((1u << (nb - b)) - 1);
+  macc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, m + b), _mm512_maskz_loadu_ps(tail, sx + b), macc);
+  return _mm512_reduce_add_ps(macc);
 }
 
 // res[i * kRows + r] = input row r of the layout . weight row i, r < R (R <= kRows); w[i] is the
@@ -150,17 +186,51 @@ TP_VNNI void legacy_dot(const char* const* w, int64_t nb, const char* act, const
   TP_UNROLL for (int i = 0; i < W; ++i)
     TP_UNROLL for (int r = 0; r < R; ++r) {
       float v = _mm512_reduce_add_ps(acc[i][r]);
-      if constexpr (kOffsetTerm) {
-        const float* sx = reinterpret_cast<const float*>(act + r * l.row_bytes + l.off_c);
-        __m512 macc = _mm512_setzero_ps();
-        int64_t b = 0;
-        for (; b + 16 <= nb; b += 16) macc = _mm512_fmadd_ps(_mm512_loadu_ps(m[i] + b), _mm512_loadu_ps(sx + b), macc);
-        const __mmask16 tail = __mmask16((1u << (nb - b)) - 1);
-        macc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, m[i] + b), _mm512_maskz_loadu_ps(tail, sx + b), macc);
-        v += _mm512_reduce_add_ps(macc);
-      }
+      if constexpr (kOffsetTerm) v += offset_term(m[i], act + r * l.row_bytes, l, nb);
       res[i * kRows + r] = v;
     }
+}
+
+// One input row (R = 1) against `rows` (<= 8) consecutive weight rows as stored, ldw bytes apart,
+// walked one after another (one stream through memory); m: kStreamMaxRows rows of offsets, ms
+// apart. Each row's accumulator runs exactly legacy_dot<T, 1, 1, false>'s instructions in its
+// order; the eight are summed together (reduce_add_8: the same lane tree as
+// _mm512_reduce_add_ps), so no row waits on its own reduction before the next one starts.
+template <DType T>
+TP_VNNI void legacy_stream(const char* w, int64_t ldw, int rows, int64_t nb, const char* act, const ActLayout& l,
+                           float* m, int64_t ms, float* res) {
+  constexpr int64_t bb = dtype_block_bytes(T);
+  constexpr bool kOffsetTerm = T == DType::kQ4_1 || T == DType::kQ5_1;
+  __m512 acc[kStreamMaxRows];
+  TP_UNROLL for (int i = 0; i < kStreamMaxRows; ++i) {
+    acc[i] = _mm512_setzero_ps();
+    if (i >= rows) continue;
+    const char* wrow = w + i * ldw;
+    float* mi = m + i * ms;
+    for (int64_t b = 0; b < nb; b += 2) {
+      __m512i codes;
+      __m512 dw;
+      float m0, m1;
+      _mm_prefetch(wrow + b * bb + kPrefetchBytes, _MM_HINT_T0);
+      legacy_pair<T>(wrow, b, nb, codes, dw, m0, m1);
+      if constexpr (kOffsetTerm) {
+        mi[b] = m0;
+        if (b + 1 < nb) mi[b + 1] = m1;
+      }
+      const __m512i x = _mm512_load_si512(act + b * kQuantBlock);
+      const __m512i corr = _mm512_load_si512(act + l.off_b + b * 32);
+      const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(act + l.off_a) + b * 8);
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, codes, x)), dx);
+      acc[i] = _mm512_fmadd_ps(t, dw, acc[i]);
+    }
+  }
+  alignas(32) float sums[kStreamMaxRows];
+  _mm256_store_ps(sums, reduce_add_8(acc));
+  for (int i = 0; i < rows; ++i) {
+    float v = sums[i];
+    if constexpr (kOffsetTerm) v += offset_term(m + i * ms, act, l, nb);
+    res[i * kRows] = v;
+  }
 }
 
 // ---- K-quant super-blocks: 4 chunks of 64 codes, int32 lane scales ----
@@ -317,6 +387,12 @@ TP_VNNI void kquant_dot(const char* wrow, int64_t nsb, const char* act, const Ac
 
 struct Vnni512 {
   static constexpr int kWRows = 4;  // 4 x 4 accumulators of the 32 vector registers
+  static constexpr bool kStreamsRows = true;
+  template <DType T>
+  static void legacy_stream(const char* w, int64_t ldw, int rows, int64_t nb, const char* act, const ActLayout& l,
+                            float* m, int64_t ms, float* res) {
+    vnni::legacy_stream<T>(w, ldw, rows, nb, act, l, m, ms, res);
+  }
   template <DType T, int W, int R, bool kUnpacked>
   static void legacy_dot(const char* const* w, int64_t nb, const char* act, const ActLayout& l, float* const* m,
                          float* res) {
