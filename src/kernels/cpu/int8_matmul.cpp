@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/int8_matmul_driver.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 
@@ -52,7 +53,10 @@ ActLayout act_layout(int64_t K, DType t) {
 
 }  // namespace
 
-void int8_quantize_activations(const float* x, int64_t n, DType weight_type, int8_t* q, float* block_scales) {
+namespace {
+
+// The rounding rule of int8_quantize_activations (inlined into the vectorised callers below).
+inline void quantize_blocks(const float* x, int64_t n, DType weight_type, int8_t* q, float* block_scales) {
   if (dtype_is_kquant(weight_type)) {
     for (int64_t b = 0; b < n / kKQuantBlock; ++b) {
       const float* xb = x + b * kKQuantBlock;
@@ -74,18 +78,34 @@ void int8_quantize_activations(const float* x, int64_t n, DType weight_type, int
   }
   for (int64_t b = 0; b < n / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
+    // The largest magnitude in 8 running maxima (a maximum does not depend on the order; a NaN
+    // is passed over either way), so that the loop vectorises.
+    float m[8] = {};
+    for (int i = 0; i < kQuantBlock; ++i) m[i % 8] = std::max(m[i % 8], std::fabs(xb[i]));
     float amax = 0.0f;
-    for (int i = 0; i < kQuantBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+    for (const float v : m) amax = std::max(amax, v);
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < kQuantBlock; ++i) q[b * kQuantBlock + i] = int8_t(std::nearbyint(xb[i] * id));
     block_scales[b] = f16_to_f32(f32_to_f16(d));
   }
 }
 
+TP_VECTOR_CLONES void quantize_blocks_vectorised(const float* x, int64_t n, DType weight_type, int8_t* q,
+                                                 float* block_scales) {
+  quantize_blocks(x, n, weight_type, q, block_scales);
+}
+
+}  // namespace
+
+void int8_quantize_activations(const float* x, int64_t n, DType weight_type, int8_t* q, float* block_scales) {
+  quantize_blocks_vectorised(x, n, weight_type, q, block_scales);
+}
+
 namespace {
 
-// One input row into its layout (dst: row_bytes, zero-padded).
-void quantize_row_into(const float* x, const ActLayout& l, DType t, char* dst) {
+// One input row into its layout (dst: row_bytes, zero-padded). Compiled per instruction set: the
+// rounding (std::nearbyint) is one instruction from SSE4.1 on and a libm call before it.
+TP_VECTOR_CLONES void quantize_row_into(const float* x, const ActLayout& l, DType t, char* dst) {
   std::memset(dst, 0, size_t(l.row_bytes));
   auto* q = reinterpret_cast<int8_t*>(dst);
   if (dtype_is_kquant(t)) {
@@ -93,7 +113,7 @@ void quantize_row_into(const float* x, const ActLayout& l, DType t, char* dst) {
     auto* d = reinterpret_cast<float*>(dst + l.off_a);
     auto* corr = reinterpret_cast<int32_t*>(dst + l.off_b);
     auto* s32 = reinterpret_cast<int32_t*>(dst + l.off_c);
-    int8_quantize_activations(x, l.k, t, q, d);
+    quantize_blocks(x, l.k, t, q, d);
     for (int64_t b = 0; b < nsb; ++b)
       for (int g = 0; g < 16; ++g) {
         int32_t s = 0;
@@ -111,7 +131,7 @@ void quantize_row_into(const float* x, const ActLayout& l, DType t, char* dst) {
   auto* corr = reinterpret_cast<int32_t*>(dst + l.off_b);
   auto* sx = reinterpret_cast<float*>(dst + l.off_c);
   const float* scales = sx;  // block b's scale sits in sx[b] until sx[b] is written below
-  int8_quantize_activations(x, l.k, t, q, sx);
+  quantize_blocks(x, l.k, t, q, sx);
   const int offset = legacy_offset(t);
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sum = 0;
