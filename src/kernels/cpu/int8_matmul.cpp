@@ -172,11 +172,14 @@ void check_operands(const Tensor& out, const Tensor& in, const Tensor& weight, c
 
 }  // namespace
 
-std::vector<Int8Kernel> int8_matmul_kernels() {
-  std::vector<Int8Kernel> out;
-  for (Int8Kernel k : {Int8Kernel::kVnni512, Int8Kernel::kAvx2})
-    if (runs(k)) out.push_back(k);
-  return out;
+const std::vector<Int8Kernel>& int8_matmul_kernels() {
+  static const std::vector<Int8Kernel> kernels = [] {  // the CPU does not change: asked once per matmul
+    std::vector<Int8Kernel> out;
+    for (Int8Kernel k : {Int8Kernel::kVnni512, Int8Kernel::kAvx2})
+      if (runs(k)) out.push_back(k);
+    return out;
+  }();
+  return kernels;
 }
 
 const char* int8_kernel_name(Int8Kernel k) { return k == Int8Kernel::kVnni512 ? "vnni512" : "avx2"; }
@@ -188,7 +191,7 @@ int64_t int8_matmul_scratch_bytes(int64_t M, int64_t K, DType t) {
 }
 
 void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias, void* scratch) {
-  const std::vector<Int8Kernel> kernels = int8_matmul_kernels();
+  const std::vector<Int8Kernel>& kernels = int8_matmul_kernels();
   TP_CHECK(!kernels.empty(), "[int8_matmul_forward] no int8 kernel on this CPU (needs AVX2 with FMA and F16C)");
   int8_matmul_forward(out, in, weight, bias, scratch, kernels.front());
 }

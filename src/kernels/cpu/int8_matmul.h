@@ -28,7 +28,7 @@ namespace tensorpar {
 enum class Int8Kernel { kVnni512, kAvx2 };
 
 // The kernels this CPU runs, best first (empty: none).
-std::vector<Int8Kernel> int8_matmul_kernels();
+const std::vector<Int8Kernel>& int8_matmul_kernels();
 const char* int8_kernel_name(Int8Kernel k);
 
 // Whether this CPU runs an int8 kernel and weights of type t have one: Q4_0, Q4_1, Q5_0, Q5_1,
