@@ -4,6 +4,7 @@
 #include "kernels/cpu/int8_matmul.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -78,12 +79,12 @@ inline void quantize_blocks(const float* x, int64_t n, DType weight_type, int8_t
   }
   for (int64_t b = 0; b < n / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
-    // The largest magnitude in 8 running maxima (a maximum does not depend on the order; a NaN
-    // is passed over either way), so that the loop vectorises.
-    float m[8] = {};
-    for (int i = 0; i < kQuantBlock; ++i) m[i % 8] = std::max(m[i % 8], std::fabs(xb[i]));
-    float amax = 0.0f;
-    for (const float v : m) amax = std::max(amax, v);
+    // The largest magnitude as the largest bit pattern without the sign (non-negative floats
+    // order as their bits do), an integer maximum that vectorises; a NaN makes the block's scale
+    // NaN, so it reaches the output.
+    uint32_t amax_bits = 0;
+    for (int i = 0; i < kQuantBlock; ++i) amax_bits = std::max(amax_bits, std::bit_cast<uint32_t>(xb[i]) & 0x7fffffffu);
+    const float amax = std::bit_cast<float>(amax_bits);
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < kQuantBlock; ++i) q[b * kQuantBlock + i] = int8_t(std::nearbyint(xb[i] * id));
     block_scales[b] = f16_to_f32(f32_to_f16(d));
