@@ -197,10 +197,11 @@ def llama_worker(a):
     import numpy as np
     import llama_cpp
     from llama_cpp import Llama
+    repacking = True
     if a.no_repack:
         sys.path.insert(0, os.path.join(REPO, "tools"))
         from llamacpp_ppl import disable_weight_repacking
-        disable_weight_repacking()
+        repacking = disable_weight_repacking()
     llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=512, n_ubatch=512, n_threads=a.threads,
                 n_threads_batch=a.threads, verbose=False)
     ids = list(llm.tokenize(a.prompt.encode("utf-8"), add_bos=True, special=False))
@@ -216,7 +217,7 @@ def llama_worker(a):
     steps = a.max_tokens - 1
     print(json.dumps({"prompt_tokens": len(ids), "prefill_tok_s": len(ids) / (t1 - t0),
                       "decode_tok_s": steps / (t2 - t1) if steps else 0.0, "decode_steps": steps,
-                      "version": f"llama-cpp-python {llama_cpp.__version__}",
+                      "version": f"llama-cpp-python {llama_cpp.__version__}", "weight_repacking": repacking,
                       "system_info": llama_cpp.llama_print_system_info().decode()}))
 
 
@@ -439,8 +440,8 @@ def main():
         p.add_argument("--ctx", type=int, default=1024)
         if w == "llama-worker":
             p.add_argument("--no-repack", action="store_true",
-                           help="llama.cpp's AVX-512 kernels without weight repacking (its AMX path "
-                                "crashes on some models on AMX CPUs; tools/llamacpp_ppl.py)")
+                           help="on an AMX CPU, llama.cpp's AVX-512 kernels without weight repacking (its "
+                                "AMX path crashes on some models there; tools/llamacpp_ppl.py)")
     a = ap.parse_args()
     if hasattr(a, "cores"):
         a.cores = [int(c) for c in a.cores.split(",")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gemma 3 270M (Q4_K_M GGUF, tools/fetch_model.sh gemma3-270m): decode and prefill of tensorpar
 # (tp 1 x 2 threads, tp 2 x 1 thread, and tp 1 x 2 with the f16 KV cache) beside llama.cpp (llama-cpp-python from tools/venv.sh bench,
-# 2 threads, weight repacking off: its AMX repacked path crashes on this model on AMX CPUs), all
+# 2 threads, weight repacking off on AMX CPUs only: its AMX repacked path crashes on this model there), all
 # pinned to cores 0,1, ROUNDS interleaved rounds; prints one JSON line per run. Decode: 64 tokens
 # after an 8-token prompt (tensorpar stops at EOS if the model emits it; tokens/s over the steps
 # run); prefill: the first 1500 characters of the GPL-3 text, 2 tokens.

@@ -3,6 +3,11 @@
 (llama-cpp-python, 2 threads) on the same GGUF: prefill and decode tok/s (medians of interleaved
 rounds), perplexity of both on the same tokens and windows, weight memory per rank.
 
+Both engines run on the same cores (--cores): tensorpar under taskset, each of its threads then
+pinned to one of them by tensorpar itself; llama.cpp in this process, whose affinity is set to
+those cores before it starts its threads (llama-cpp-python has no per-thread pinning). The JSON
+records the pinning, llama-cpp-python's version and llama.cpp's system_info.
+
 Run through bench/infer_bench.sh (it makes the venv with llama-cpp-python). Prints a markdown
 table and the targets of issue 4; --out writes every raw measurement as JSON.
 """
@@ -25,8 +30,9 @@ import llamacpp_ppl  # noqa: E402  (tools/llamacpp_ppl.py: same windowing as ten
 TP_CONFIGS = [("tensorpar tp1 x2", 1, 2), ("tensorpar tp2 x1", 2, 1)]
 
 
-def tensorpar_generate(binary, model, tp, threads, prompt, max_tokens, ctx):
-    cmd = [binary, "generate", "--model", model, "--tp", str(tp), "--threads-per-rank", str(threads),
+def tensorpar_generate(binary, model, tp, threads, prompt, max_tokens, ctx, cores):
+    cmd = ["taskset", "-c", ",".join(map(str, cores)), binary, "generate", "--model", model, "--tp", str(tp),
+           "--threads-per-rank", str(threads),
            "--prompt", prompt, "--max-tokens", str(max_tokens), "--ctx", str(ctx), "--json"]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -91,11 +97,16 @@ def main():
     ap.add_argument("--ppl-chars", type=int, default=12000, help="perplexity text: the corpus' first N chars")
     ap.add_argument("--ppl-ctx", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2, help="cores per engine (tp x threads-per-rank)")
+    ap.add_argument("--cores", default="0,1", help="the cores both engines are pinned to")
     ap.add_argument("--skip-ppl", action="store_true")
     ap.add_argument("--out", help="write all raw measurements as JSON")
     a = ap.parse_args()
-    llamacpp_ppl.disable_weight_repacking()  # 0.3.36 crashes in its AMX repacked matmul on AMX CPUs
+    repacking = llamacpp_ppl.disable_weight_repacking()  # off only on AMX CPUs: 0.3.36 crashes there
     assert a.threads == 2, "the configurations below are for 2 cores"
+    cores = [int(c) for c in a.cores.split(",")]
+    assert len(cores) == a.threads, "--cores names one core per thread"
+    os.sched_setaffinity(0, cores)  # llama.cpp runs in this process: its threads inherit the mask
+    import llama_cpp  # noqa: E402  (the venv of bench/infer_bench.sh)
 
     with open(a.text, encoding="utf-8") as f:
         corpus = f.read()
@@ -104,7 +115,12 @@ def main():
     gen_ctx = 1024
     engines = [name for name, _, _ in TP_CONFIGS] + ["llama.cpp x2"]
     raw = {e: {"decode": [], "prefill": []} for e in engines}
-    meta = {"bin": a.bin, "model": a.model, "rounds": a.rounds, "loadavg_start": os.getloadavg()}
+    meta = {"bin": a.bin, "model": a.model, "rounds": a.rounds, "loadavg_start": os.getloadavg(),
+            "pinning": {"cores": cores,
+                        "tensorpar": f"taskset -c {a.cores}; each thread pinned to one core by tensorpar",
+                        "llama.cpp": f"process affinity {a.cores} (its threads not pinned one to a core)"},
+            "llama_cpp_python": llama_cpp.__version__, "llama_cpp_weight_repacking": repacking,
+            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip()}
     print(f"# model {a.model}; {a.rounds} rounds; load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
     for rnd in range(a.rounds):
@@ -115,7 +131,7 @@ def main():
                     r = llama_generate(a.model, a.threads, prompt, n, gen_ctx)
                 else:
                     _, tp, thr = next(c for c in TP_CONFIGS if c[0] == e)
-                    r = tensorpar_generate(a.bin, a.model, tp, thr, prompt, n, gen_ctx)
+                    r = tensorpar_generate(a.bin, a.model, tp, thr, prompt, n, gen_ctx, cores)
                 raw[e][kind].append(r)
         line = "  ".join(f"{e}: dec {raw[e]['decode'][-1]['decode_tok_s']:.1f} pre "
                          f"{raw[e]['prefill'][-1]['prefill_tok_s']:.1f}" for e in engines)
@@ -193,6 +209,9 @@ def main():
         ok = v >= lim if op == ">=" else v <= lim
         print(f"| {name} | {v:.4f} | {'yes' if ok else 'NO'} |")
     print(f"\nload average: start {meta['loadavg_start'][0]:.1f}, end {meta['loadavg_end'][0]:.1f}")
+    print(f"pinned to cores {a.cores}; llama-cpp-python {meta['llama_cpp_python']} (weight repacking "
+          f"{'on' if repacking else 'off'}); "
+          f"llama.cpp system_info: {meta['llama_cpp_system_info']}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"meta": meta, "summary": summary, "ppl": ppl, "raw": raw}, f, indent=1)

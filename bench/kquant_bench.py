@@ -85,14 +85,14 @@ def main():
     a = ap.parse_args()
 
     import llama_cpp
-    llamacpp_ppl.disable_weight_repacking()
+    repacking = llamacpp_ppl.disable_weight_repacking()
     os.makedirs(a.dir, exist_ok=True)
     with open(a.text, encoding="utf-8") as f:
         corpus = f.read()
     stem = os.path.basename(a.source).split(".")[0]
     meta = {"source": a.source, "llama_cpp_python": llama_cpp.__version__,
             "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "threads": a.threads,
-            "llama_cpp_weight_repacking": False,
+            "llama_cpp_weight_repacking": repacking,
             "ppl": f"first {a.ppl_chars} chars of {a.text}, windows of {a.ppl_ctx} tokens (llama.cpp's tokens)"}
     results = []
     for preset in a.presets.split(","):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A GGUF model in tensorpar against llama.cpp (llama-cpp-python, weight repacking off): perplexity
+"""A GGUF model in tensorpar against llama.cpp (llama-cpp-python, weight repacking off on AMX CPUs): perplexity
 on the same token ids (llama.cpp's tokenization of a text, BOS first when the file asks for it,
 windows of --ctx tokens from an empty cache, as `tensorpar perplexity`) at each --tp, and greedy
 text of a few prompts (each engine tokenizes the prompt itself; the generated text is compared).
@@ -80,13 +80,13 @@ def main():
     a = ap.parse_args()
     extra = ["--tp-invariant"] if a.tp_invariant else []
     import llama_cpp
-    llamacpp_ppl.disable_weight_repacking()
+    repacking = llamacpp_ppl.disable_weight_repacking()
     text = open(a.text, encoding="utf-8").read()[:a.chars]
     llm = llamacpp_ppl.load(a.model, a.ctx, a.threads, logits_all=True)
     ids = llamacpp_ppl.tokenize_text(llm, text)
     nll, scored = llamacpp_ppl.window_nll(llm, ids, a.ctx)
     res = {"model": a.model, "llama_cpp_python": llama_cpp.__version__,
-           "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "weight_repacking": False,
+           "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode(), "weight_repacking": repacking,
            "ctx": a.ctx, "tokens": len(ids), "scored": scored, "llama_ppl": math.exp(nll / scored),
            "kv_dtype": a.kv_dtype, "tp_invariant": a.tp_invariant, "greedy": {}, "greedy_llama_steps": {}, "greedy_divergence": {}, "tp": {}}
     for p in PROMPTS:

@@ -17,10 +17,22 @@ import sys
 import numpy as np
 
 
+def cpu_has_amx():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "amx_int8" in line.split() for line in f)
+    except OSError:
+        return False
+
+
 def disable_weight_repacking():
     """llama.cpp 0.3.36 on a CPU with amx_int8 crashes in its AMX matmul when it repacks the weights
-    (bench/serve_bench.sh passes --no-repack to llama-server for the same reason): after this call
-    every model loads with use_extra_bufts off, so llama.cpp runs its AVX-512 kernels."""
+    (bench/serve_bench.sh passes --no-repack to llama-server for the same reason): on such a CPU,
+    after this call every model loads with use_extra_bufts off, so llama.cpp runs its AVX-512
+    kernels. Elsewhere llama.cpp keeps its repacked kernels (its best). Returns whether llama.cpp
+    still repacks."""
+    if not cpu_has_amx():
+        return True
     import llama_cpp.llama_cpp as lc
     default = lc.llama_model_default_params
 
@@ -29,6 +41,7 @@ def disable_weight_repacking():
         p.use_extra_bufts = False
         return p
     lc.llama_model_default_params = params
+    return False
 
 
 def load(model, ctx, threads, logits_all):
