@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Inference benchmark: tensorpar (tp 1 x 2 threads, tp 2 x 1 thread) beside llama.cpp
 (llama-cpp-python, 2 threads) on the same GGUF: prefill and decode tok/s (medians of interleaved
-rounds), perplexity of both on the same tokens and windows, weight memory per rank.
+rounds), perplexity of both on the same tokens and windows, weight memory per rank, and decode as
+a fraction of the roofline: weight bytes a decode step reads / the read bandwidth of as many
+concurrent streams as cores (bench/decode_bench.py's measurement, before every round and after
+the last; their median).
 
 Both engines run on the same cores (--cores): tensorpar under taskset, each of its threads then
 pinned to one of them by tensorpar itself; llama.cpp in this process, whose affinity is set to
@@ -26,6 +29,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tools"))
 import llamacpp_ppl  # noqa: E402  (tools/llamacpp_ppl.py: same windowing as tensorpar perplexity)
+from decode_bench import measure_bandwidth  # noqa: E402  (this directory)
 
 TP_CONFIGS = [("tensorpar tp1 x2", 1, 2), ("tensorpar tp2 x1", 2, 1)]
 
@@ -81,6 +85,22 @@ def tensorpar_weight_bytes(binary, model, tp):
     return last["bytes_per_rank"], last["file_bytes"]
 
 
+def weight_bytes_per_token(binary, model):
+    """Bytes of the matrices a decode step reads: every tensor of 2 or more dims but the token
+    embedding (one row of it is read), which with tied embeddings is read whole as the LM head."""
+    p = subprocess.run([binary, "inspect", "--model", model, "--json"], capture_output=True, text=True, check=True)
+    rows = [json.loads(ln) for ln in p.stdout.split("\n") if ln.startswith("{")]
+    tied = rows[0]["config"].get("tied", False)
+    total = 0
+    for t in rows[1:]:
+        if "tensor" not in t or len(t["shape"]) < 2:
+            continue
+        if t["tensor"] in ("token_embd.weight", "model.embed_tokens.weight") and not tied:
+            continue
+        total += t["bytes"]
+    return total
+
+
 def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
@@ -123,7 +143,15 @@ def main():
             "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip()}
     print(f"# model {a.model}; {a.rounds} rounds; load average {os.getloadavg()[0]:.1f}", file=sys.stderr)
 
+    bandwidth = []
+
+    def sample_bandwidth():
+        bw = measure_bandwidth(len(cores), cores)
+        bandwidth.append(bw)
+        print(f"# bandwidth, {len(cores)} streams: read {bw['read_gb_s']:.1f} GB/s", file=sys.stderr)
+
     for rnd in range(a.rounds):
+        sample_bandwidth()
         order = engines[rnd % len(engines):] + engines[:rnd % len(engines)]  # rotate who goes first
         for e in order:
             for kind, prompt, n in (("decode", decode_prompt, a.max_tokens), ("prefill", prefill_prompt, 1)):
@@ -137,6 +165,10 @@ def main():
                          f"{raw[e]['prefill'][-1]['prefill_tok_s']:.1f}" for e in engines)
         print(f"# round {rnd + 1}: {line}  (load {os.getloadavg()[0]:.1f})", file=sys.stderr)
 
+    sample_bandwidth()
+    read_gb_s = med([b["read_gb_s"] for b in bandwidth])
+    wb = weight_bytes_per_token(a.bin, a.model)
+    meta.update(bandwidth=bandwidth, read_gb_s=read_gb_s, weight_bytes_per_token=wb)
     summary = {}
     for e in engines:
         summary[e] = {
@@ -146,6 +178,7 @@ def main():
             "prompt_tokens": raw[e]["prefill"][0]["prompt_tokens"],
             "mem_mb_per_rank": raw[e]["decode"][0].get("weights_kv_mb_per_rank"),
         }
+        summary[e]["decode_roofline_fraction"] = summary[e]["decode_tok_s"] * wb / 1e9 / read_gb_s
     for name, tp, _ in TP_CONFIGS:
         summary[name]["weight_bytes_per_rank"], file_bytes = tensorpar_weight_bytes(a.bin, a.model, tp)
     meta["model_file_bytes"] = file_bytes
@@ -171,15 +204,17 @@ def main():
 
     # ---- report
     L = summary["llama.cpp x2"]
-    print("\n| engine | prefill tok/s | decode tok/s | decode / llama.cpp | prefill / llama.cpp "
+    print(f"\n{wb / 1e6:.1f} MB of weights read per decode step; read bandwidth {read_gb_s:.1f} GB/s "
+          f"({len(cores)} streams, median of {len(bandwidth)}): roofline {read_gb_s * 1e9 / wb:.0f} tok/s")
+    print("\n| engine | prefill tok/s | decode tok/s | of roofline | decode / llama.cpp | prefill / llama.cpp "
           "| weights per rank MiB | weights + KV per rank MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for e in engines:
         s = summary[e]
         wb = s.get("weight_bytes_per_rank")
         w = " / ".join(f"{b / 2**20:.1f}" for b in wb) if wb else f"{meta['model_file_bytes'] / 2**20:.1f} (file)"
         m = " / ".join(f"{x:.1f}" for x in s["mem_mb_per_rank"]) if s["mem_mb_per_rank"] else "-"
-        print(f"| {e} | {s['prefill_tok_s']:.1f} | {s['decode_tok_s']:.1f} | "
+        print(f"| {e} | {s['prefill_tok_s']:.1f} | {s['decode_tok_s']:.1f} | {s['decode_roofline_fraction']:.2f} | "
               f"{s['decode_tok_s'] / L['decode_tok_s']:.2f}x | {s['prefill_tok_s'] / L['prefill_tok_s']:.2f}x | {w} | {m} |")
     print(f"\nprompt tokens (prefill run): " + ", ".join(f"{e} {summary[e]['prompt_tokens']}" for e in engines))
     print(f"generated tokens (decode run): " + ", ".join(f"{e} {summary[e]['decode_tokens']}" for e in engines))
