@@ -91,15 +91,11 @@ inline void quantize_blocks(const float* x, int64_t n, DType weight_type, int8_t
   }
 }
 
-TP_VECTOR_CLONES void quantize_blocks_vectorised(const float* x, int64_t n, DType weight_type, int8_t* q,
-                                                 float* block_scales) {
-  quantize_blocks(x, n, weight_type, q, block_scales);
-}
-
 }  // namespace
 
-void int8_quantize_activations(const float* x, int64_t n, DType weight_type, int8_t* q, float* block_scales) {
-  quantize_blocks_vectorised(x, n, weight_type, q, block_scales);
+TP_VECTOR_CLONES void int8_quantize_activations(const float* x, int64_t n, DType weight_type, int8_t* q,
+                                                float* block_scales) {
+  quantize_blocks(x, n, weight_type, q, block_scales);
 }
 
 namespace {

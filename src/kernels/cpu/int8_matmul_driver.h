@@ -36,9 +36,6 @@ inline constexpr int kRows = 4;        // input rows per register block
 inline constexpr int64_t kPrefetchBytes = 2048;
 // Weight rows in tiles (a tile stays in L1 while every group of kRows input rows passes).
 inline constexpr int64_t kWTile = 8;
-// Weight rows of one tile that a kernel with kStreamsRows walks against one input row, their
-// accumulators reduced together.
-inline constexpr int kStreamMaxRows = 8;
 // A K-quant super-block unpacked: 4 x 64 codes, 4 x 16 f32 lane scales, 8 int32 mins, d, dmin.
 inline constexpr int64_t kKBlockBytes = 4 * 64 + 4 * 64 + 32 + 32;
 
@@ -90,7 +87,7 @@ struct TileScratch {
 //   legacy_unpack_row<T>(wrow, nb, dst, m); kquant_dot<T, R, kUnpacked>(wrow, nsb, act, layout, res);
 //   kquant_unpack_row<T>(wrow, nsb, dst);
 //   legacy_stream<T>(w, ldw, rows, nb, act, layout, m, ms, res) (kStreamsRows): one input row
-//     against rows <= kStreamMaxRows weight rows as stored, as legacy_dot<T, 1, 1, false> row by row.
+//     against rows <= kWTile weight rows (one tile) as stored, as legacy_dot<T, 1, 1, false> row by row.
 // Each (weight row, input row) pair runs the same instructions in the same order whatever its
 // block, so a row's result does not depend on the batch or the thread count.
 template <class K>
@@ -103,7 +100,6 @@ struct Driver {
     if constexpr (R == 1) {
       if (sc.unpacked == nullptr) {  // decode streams one weight row after another
         if constexpr (K::kStreamsRows) {
-          static_assert(kWTile <= kStreamMaxRows);
           K::template legacy_stream<T>(o.w + n0 * o.ldw, o.ldw, int(n1 - n0), o.nb, act, o.l, sc.m.data(), ms, res);
           return;
         }

@@ -103,7 +103,10 @@ TP_VNNI inline void legacy_pair(const char* wrow, int64_t b, int64_t nb, __m512i
       uint16_t h;
       std::memcpy(&h, blk + mo, 2);
       m0 = _cvtsh_ss(h);
-      if (two) std::memcpy(&h, blk + bb + mo, 2), m1 = _cvtsh_ss(h);
+      if (two) {
+        std::memcpy(&h, blk + bb + mo, 2);
+        m1 = _cvtsh_ss(h);
+      }
     }
     if constexpr (T == DType::kIQ4_NL) {
       const __m512i table = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues)));
@@ -191,9 +194,9 @@ TP_VNNI void legacy_dot(const char* const* w, int64_t nb, const char* act, const
     }
 }
 
-// One input row (R = 1) against `rows` (<= 8) consecutive weight rows as stored, ldw bytes apart,
-// walked one after another (one stream through memory); m: kStreamMaxRows rows of offsets, ms
-// apart. Each row's accumulator runs exactly legacy_dot<T, 1, 1, false>'s instructions in its
+// One input row (R = 1) against `rows` (<= kWTile, one tile) consecutive weight rows as stored,
+// ldw bytes apart, walked one after another (one stream through memory); m: kWTile rows of
+// offsets, ms apart. Each row's accumulator runs exactly legacy_dot<T, 1, 1, false>'s instructions in its
 // order; the eight are summed together (reduce_add_8: the same lane tree as
 // _mm512_reduce_add_ps), so no row waits on its own reduction before the next one starts.
 template <DType T>
@@ -201,8 +204,9 @@ TP_VNNI void legacy_stream(const char* w, int64_t ldw, int rows, int64_t nb, con
                            float* m, int64_t ms, float* res) {
   constexpr int64_t bb = dtype_block_bytes(T);
   constexpr bool kOffsetTerm = T == DType::kQ4_1 || T == DType::kQ5_1;
-  __m512 acc[kStreamMaxRows];
-  TP_UNROLL for (int i = 0; i < kStreamMaxRows; ++i) {
+  static_assert(kWTile == 8, "reduce_add_8 sums a tile's 8 accumulators");
+  __m512 acc[kWTile];
+  TP_UNROLL for (int i = 0; i < kWTile; ++i) {
     acc[i] = _mm512_setzero_ps();
     if (i >= rows) continue;
     const char* wrow = w + i * ldw;
@@ -224,7 +228,7 @@ TP_VNNI void legacy_stream(const char* w, int64_t ldw, int rows, int64_t nb, con
       acc[i] = _mm512_fmadd_ps(t, dw, acc[i]);
     }
   }
-  alignas(32) float sums[kStreamMaxRows];
+  alignas(32) float sums[kWTile];
   _mm256_store_ps(sums, reduce_add_8(acc));
   for (int i = 0; i < rows; ++i) {
     float v = sums[i];
