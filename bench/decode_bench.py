@@ -200,8 +200,8 @@ def llama_worker(a):
     repacking = True
     if a.no_repack:
         sys.path.insert(0, os.path.join(REPO, "tools"))
-        from llamacpp_ppl import disable_weight_repacking
-        repacking = disable_weight_repacking()
+        from llamacpp_ppl import repack_weights_unless_amx
+        repacking = repack_weights_unless_amx()
     llm = Llama(model_path=a.model, n_ctx=a.ctx, n_batch=512, n_ubatch=512, n_threads=a.threads,
                 n_threads_batch=a.threads, verbose=False)
     ids = list(llm.tokenize(a.prompt.encode("utf-8"), add_bos=True, special=False))

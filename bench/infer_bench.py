@@ -121,7 +121,7 @@ def main():
     ap.add_argument("--skip-ppl", action="store_true")
     ap.add_argument("--out", help="write all raw measurements as JSON")
     a = ap.parse_args()
-    repacking = llamacpp_ppl.disable_weight_repacking()  # off only on AMX CPUs: 0.3.36 crashes there
+    repacking = llamacpp_ppl.repack_weights_unless_amx()  # off only on AMX CPUs: 0.3.36 crashes there
     assert a.threads == 2, "the configurations below are for 2 cores"
     cores = [int(c) for c in a.cores.split(",")]
     assert len(cores) == a.threads, "--cores names one core per thread"
@@ -167,8 +167,8 @@ def main():
 
     sample_bandwidth()
     read_gb_s = med([b["read_gb_s"] for b in bandwidth])
-    wb = weight_bytes_per_token(a.bin, a.model)
-    meta.update(bandwidth=bandwidth, read_gb_s=read_gb_s, weight_bytes_per_token=wb)
+    step_bytes = weight_bytes_per_token(a.bin, a.model)
+    meta.update(bandwidth=bandwidth, read_gb_s=read_gb_s, weight_bytes_per_token=step_bytes)
     summary = {}
     for e in engines:
         summary[e] = {
@@ -178,7 +178,7 @@ def main():
             "prompt_tokens": raw[e]["prefill"][0]["prompt_tokens"],
             "mem_mb_per_rank": raw[e]["decode"][0].get("weights_kv_mb_per_rank"),
         }
-        summary[e]["decode_roofline_fraction"] = summary[e]["decode_tok_s"] * wb / 1e9 / read_gb_s
+        summary[e]["decode_roofline_fraction"] = summary[e]["decode_tok_s"] * step_bytes / 1e9 / read_gb_s
     for name, tp, _ in TP_CONFIGS:
         summary[name]["weight_bytes_per_rank"], file_bytes = tensorpar_weight_bytes(a.bin, a.model, tp)
     meta["model_file_bytes"] = file_bytes
@@ -204,8 +204,8 @@ def main():
 
     # ---- report
     L = summary["llama.cpp x2"]
-    print(f"\n{wb / 1e6:.1f} MB of weights read per decode step; read bandwidth {read_gb_s:.1f} GB/s "
-          f"({len(cores)} streams, median of {len(bandwidth)}): roofline {read_gb_s * 1e9 / wb:.0f} tok/s")
+    print(f"\n{step_bytes / 1e6:.1f} MB of weights read per decode step; read bandwidth {read_gb_s:.1f} GB/s "
+          f"({len(cores)} streams, median of {len(bandwidth)}): roofline {read_gb_s * 1e9 / step_bytes:.0f} tok/s")
     print("\n| engine | prefill tok/s | decode tok/s | of roofline | decode / llama.cpp | prefill / llama.cpp "
           "| weights per rank MiB | weights + KV per rank MiB |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

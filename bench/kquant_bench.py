@@ -85,7 +85,7 @@ def main():
     a = ap.parse_args()
 
     import llama_cpp
-    repacking = llamacpp_ppl.disable_weight_repacking()
+    repacking = llamacpp_ppl.repack_weights_unless_amx()
     os.makedirs(a.dir, exist_ok=True)
     with open(a.text, encoding="utf-8") as f:
         corpus = f.read()

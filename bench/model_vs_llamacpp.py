@@ -80,7 +80,7 @@ def main():
     a = ap.parse_args()
     extra = ["--tp-invariant"] if a.tp_invariant else []
     import llama_cpp
-    repacking = llamacpp_ppl.disable_weight_repacking()
+    repacking = llamacpp_ppl.repack_weights_unless_amx()
     text = open(a.text, encoding="utf-8").read()[:a.chars]
     llm = llamacpp_ppl.load(a.model, a.ctx, a.threads, logits_all=True)
     ids = llamacpp_ppl.tokenize_text(llm, text)

@@ -25,12 +25,12 @@ def cpu_has_amx():
         return False
 
 
-def disable_weight_repacking():
-    """llama.cpp 0.3.36 on a CPU with amx_int8 crashes in its AMX matmul when it repacks the weights
-    (bench/serve_bench.sh passes --no-repack to llama-server for the same reason): on such a CPU,
-    after this call every model loads with use_extra_bufts off, so llama.cpp runs its AVX-512
-    kernels. Elsewhere llama.cpp keeps its repacked kernels (its best). Returns whether llama.cpp
-    still repacks."""
+def repack_weights_unless_amx():
+    """Returns whether llama.cpp repacks its weights from here on. llama.cpp 0.3.36 on a CPU with
+    amx_int8 crashes in its AMX matmul when it repacks them (bench/serve_bench.sh passes --no-repack
+    to llama-server for the same reason): on such a CPU every model loaded after this call has
+    use_extra_bufts off, so llama.cpp runs its AVX-512 kernels. Elsewhere llama.cpp keeps its
+    repacked kernels (its best)."""
     if not cpu_has_amx():
         return True
     import llama_cpp.llama_cpp as lc
