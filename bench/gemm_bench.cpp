@@ -27,6 +27,7 @@
 #include "kernels/cpu/amx_matmul.h"
 #include "kernels/cpu/avx512bf16_matmul.h"
 #include "kernels/cpu/int8_matmul.h"
+#include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/rowwise_matmul.h"
@@ -374,7 +375,8 @@ void run_quant_bench(const GemmBenchOptions& opt) {
                 "GB/s of weights and GFLOP/s, medians of 7 interleaved samples\n",
                 current_num_threads(), rowwise_isa(),
                 int8.empty() ? "not on this CPU" : int8_kernel_name(int8.front()));
-    std::printf("%-5s %5s %6s %5s %14s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF", "speedup");
+    std::printf("%-5s %5s %6s %5s %14s %14s %7s %14s %7s\n", "type", "M", "N", "K", "rowwise GB|GF", "int8 GB|GF",
+                "speedup", "packed GB|GF", "/int8");
   }
   std::vector<NK> shapes = {{1536, 576}, {576, 1536}, {3072, 2048}, {11264, 2048}, {2048, 5632}};
   std::vector<int64_t> ms = opt.rows.empty() ? std::vector<int64_t>{1, 4, 16, 64, 256} : opt.rows;
@@ -394,9 +396,17 @@ void run_quant_bench(const GemmBenchOptions& opt) {
         size_t i = 0;
         auto row = [&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); };
         auto int8 = [&] { int8_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); };
-        double tr, ti = 0;
+        double tr, ti = 0, tp = 0, ti2 = 0;
         if (int8_matmul_usable(t)) std::tie(tr, ti) = paired_seconds_per_call(row, int8);
         else tr = seconds_per_call(row);
+        if (int8_packable(t) && int8_packed_rows_preferred()) {
+          // The layout inference keeps these types in on this CPU, against the GGUF layout's
+          // kernel in one more interleaved pair.
+          std::vector<Tensor> wp;
+          for (const Tensor& c : ws) wp.push_back(int8_pack_rows(c));
+          auto packed = [&] { int8_matmul_forward(out, in, wp[i++ % wp.size()], nullptr, scratch.get()); };
+          std::tie(ti2, tp) = paired_seconds_per_call(int8, packed);
+        }
         const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
         if (opt.json) {
           // The kernel inference uses by default: int8 where the CPU has it, else row-wise.
@@ -405,12 +415,17 @@ void run_quant_bench(const GemmBenchOptions& opt) {
                       std::string(dtype_name(t)).c_str(), (long long)M, (long long)N, (long long)K, gb / tr,
                       gf / tr, gb / (ti > 0 ? ti : tr));
           if (ti > 0) std::printf(",\"int8_weight_gbps\":%.3f,\"int8_gflops\":%.2f", gb / ti, gf / ti);
+          if (tp > 0)
+            std::printf(",\"packed_weight_gbps\":%.3f,\"packed_gflops\":%.2f,\"packed_vs_int8\":%.3f", gb / tp, gf / tp,
+                        ti2 / tp);
           std::printf("}\n");
         } else {
           std::printf("%-5s %5lld %6lld %5lld %6.1f|%7.1f", std::string(dtype_name(t)).c_str(), (long long)M,
                       (long long)N, (long long)K, gb / tr, gf / tr);
-          if (ti > 0) std::printf(" %6.1f|%7.1f %6.2fx\n", gb / ti, gf / ti, tr / ti);
-          else std::printf(" %14s\n", "-");
+          if (ti > 0) std::printf(" %6.1f|%7.1f %6.2fx", gb / ti, gf / ti, tr / ti);
+          else std::printf(" %14s %7s", "-", "");
+          if (tp > 0) std::printf(" %6.1f|%7.1f %6.2fx\n", gb / tp, gf / tp, ti2 / tp);
+          else std::printf("\n");
         }
         std::fflush(stdout);
       }

@@ -50,6 +50,18 @@ std::string_view dtype_name(DType t) {
       return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
+    case DType::kQ8_0x8:
+      return "q8_0x8";
+    case DType::kQ4_0x8:
+      return "q4_0x8";
+    case DType::kQ4_1x8:
+      return "q4_1x8";
+    case DType::kQ5_0x8:
+      return "q5_0x8";
+    case DType::kQ5_1x8:
+      return "q5_1x8";
+    case DType::kIQ4_NLx8:
+      return "iq4_nlx8";
   }
   return "?";
 }

@@ -31,6 +31,15 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  // The 32-weight types as the int8 kernels keep them after load (int8_packed.h): the blocks of
+  // 8 consecutive rows interleaved. Same block sizes and bytes as their GGUF type, not a GGUF
+  // layout: only the int8 matmul reads them.
+  kQ8_0x8,
+  kQ4_0x8,
+  kQ4_1x8,
+  kQ5_0x8,
+  kQ5_1x8,
+  kIQ4_NLx8,
 };
 
 constexpr bool dtype_is_quantized(DType t) {
@@ -40,11 +49,27 @@ constexpr bool dtype_is_quantized(DType t) {
 constexpr bool dtype_is_kquant(DType t) {
   return t >= DType::kQ2_K && t <= DType::kQ6_K;
 }
-// Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants.
+// Rows per interleaved group of a row-packed type.
+inline constexpr int64_t kPackedRows = 8;
+// The row-packed types (kPackedRows rows' blocks interleaved) and the GGUF type each packs.
+constexpr bool dtype_is_row_packed(DType t) {
+  return t >= DType::kQ8_0x8 && t <= DType::kIQ4_NLx8;
+}
+constexpr DType dtype_unpacked(DType t) {
+  return dtype_is_row_packed(t) ? DType(int(t) - int(DType::kQ8_0x8) + int(DType::kQ8_0)) : t;
+}
+// The packed form of a 32-weight GGUF type (t itself for any other type).
+constexpr DType dtype_row_packed(DType t) {
+  return t >= DType::kQ8_0 && t <= DType::kIQ4_NL ? DType(int(t) - int(DType::kQ8_0) + int(DType::kQ8_0x8)) : t;
+}
+// Elements per storage block: 1 for plain types, 32 for legacy block quants (packed or not),
+// 256 for K-quants.
 constexpr int64_t dtype_block_elems(DType t) {
   if (dtype_is_kquant(t)) return 256;
-  return dtype_is_quantized(t) ? 32 : 1;
+  return dtype_is_quantized(t) || dtype_is_row_packed(t) ? 32 : 1;
 }
+// Whether elements are stored in multi-element blocks (offsets and slices at block multiples).
+constexpr bool dtype_is_blocked(DType t) { return dtype_block_elems(t) > 1; }
 // Bytes per storage block: sizeof(element) for plain types; ggml's block size for quants
 // (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...). Constant-folded in the kernels' loops.
 constexpr int64_t dtype_block_bytes(DType t) {
@@ -53,11 +78,11 @@ constexpr int64_t dtype_block_bytes(DType t) {
     case DType::kBF16: case DType::kF16: return 2;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
-    case DType::kQ8_0: return 34;
-    case DType::kQ4_0: case DType::kIQ4_NL: return 18;
-    case DType::kQ4_1: return 20;
-    case DType::kQ5_0: return 22;
-    case DType::kQ5_1: return 24;
+    case DType::kQ8_0: case DType::kQ8_0x8: return 34;
+    case DType::kQ4_0: case DType::kIQ4_NL: case DType::kQ4_0x8: case DType::kIQ4_NLx8: return 18;
+    case DType::kQ4_1: case DType::kQ4_1x8: return 20;
+    case DType::kQ5_0: case DType::kQ5_0x8: return 22;
+    case DType::kQ5_1: case DType::kQ5_1x8: return 24;
     case DType::kQ2_K: return 84;
     case DType::kQ3_K: return 110;
     case DType::kQ4_K: return 144;

@@ -69,10 +69,15 @@ Tensor Tensor::allocate_tensor(const Shape& shape, DType dtype, bool* zeroed) {
   t.strides_ = contiguous_strides(shape);
   t.numel_ = shape_numel(shape);
   t.dtype_ = dtype;
-  if (dtype_is_quantized(dtype)) {
+  if (dtype_is_blocked(dtype)) {
     TP_CHECK(!shape.empty() && shape.back() % dtype_block_elems(dtype) == 0, "[Tensor::empty] ",
              dtype_name(dtype), " tensor of shape ", shape_str(shape), " needs its last dim a multiple of ",
              dtype_block_elems(dtype));
+  }
+  if (dtype_is_row_packed(dtype)) {
+    TP_CHECK(shape.size() == 2 && shape[0] % kPackedRows == 0, "[Tensor::empty] ", dtype_name(dtype),
+             " tensor of shape ", shape_str(shape), ": row-packed tensors are 2-D with whole groups of ",
+             kPackedRows, " rows");
   }
   t.storage_ = allocate(dtype_nbytes(dtype, t.numel_), zeroed);
   t.data_ = t.storage_.get();
@@ -129,7 +134,7 @@ void Tensor::check_type(DType t) const {
 }
 
 static char* offset_bytes(void* base, DType t, int64_t elems) {
-  if (dtype_is_quantized(t)) {
+  if (dtype_is_blocked(t)) {
     TP_ASSERT(elems % dtype_block_elems(t) == 0, "quantized offset inside a block");
     return static_cast<char*>(base) + elems / dtype_block_elems(t) * dtype_block_bytes(t);
   }
@@ -142,7 +147,13 @@ Tensor Tensor::slice(int d, int64_t begin, int64_t end) const {
   if (d < 0) d += n;
   TP_CHECK(0 <= begin && begin <= end && end <= shape_[d], "[Tensor::slice] range [", begin, ", ",
            end, ") out of bounds for dim ", d, " of ", describe());
-  if (dtype_is_quantized(dtype_) && d == n - 1) {
+  if (dtype_is_row_packed(dtype_)) {
+    // A group of rows is one interleaved unit: whole rows from a group's start (the last group
+    // may be cut short, its padding rows never read).
+    TP_CHECK(d == 0 && begin % kPackedRows == 0, "[Tensor::slice] ", describe(), " is row-packed: only rows from a "
+             "multiple of ", kPackedRows, ", got dim ", d, " [", begin, ", ", end, ")");
+  }
+  if (dtype_is_blocked(dtype_) && d == n - 1) {
     const int64_t be = dtype_block_elems(dtype_);
     TP_CHECK(begin % be == 0 && end % be == 0, "[Tensor::slice] ", describe(),
              " can only be sliced along its last dim at multiples of ", be, ", got [", begin, ", ", end, ")");
@@ -168,7 +179,7 @@ Tensor Tensor::transpose(int d0, int d1) const {
   const int n = ndim();
   TP_CHECK(d0 >= -n && d0 < n && d1 >= -n && d1 < n, "[Tensor::transpose] dims ", d0, ", ", d1,
            " out of range for ", describe());
-  TP_CHECK(!dtype_is_quantized(dtype_), "[Tensor::transpose] cannot transpose ", describe());
+  TP_CHECK(!dtype_is_blocked(dtype_), "[Tensor::transpose] cannot transpose ", describe());
   if (d0 < 0) d0 += n;
   if (d1 < 0) d1 += n;
   Tensor t = *this;
@@ -227,6 +238,8 @@ static void store_f32(void* p, DType t, int64_t i, float v) {
 std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
+  TP_CHECK(!dtype_is_row_packed(dtype_), "[Tensor::to_vector] ", describe(),
+           " is row-packed for the int8 kernels (int8_unpack_rows gives its GGUF layout)");
   if (dtype_is_quantized(dtype_)) {
     const int64_t cols = shape_.back();
     const Shape outer(shape_.begin(), shape_.end() - 1), outer_st(strides_.begin(), strides_.end() - 1);
@@ -243,15 +256,28 @@ std::vector<float> Tensor::to_vector() const {
 void Tensor::copy_from(const Tensor& src) {
   TP_CHECK(src.shape_ == shape_, "[Tensor::copy_from] shape mismatch: ", src.describe(), " into ",
            describe());
-  TP_CHECK(!dtype_is_quantized(dtype_) || src.dtype_ == dtype_, "[Tensor::copy_from] cannot convert ",
+  TP_CHECK(!dtype_is_blocked(dtype_) || src.dtype_ == dtype_, "[Tensor::copy_from] cannot convert ",
            src.describe(), " into ", describe());
   if (numel_ == 0) return;
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     std::memcpy(data_, src.data_, size_t(nbytes()));
     return;
   }
-  TP_CHECK(!dtype_is_quantized(dtype_), "[Tensor::copy_from] strided copy of ", describe());
-  if (src.dtype_ == dtype_ && !dtype_is_quantized(src.dtype_)) {
+  if (dtype_is_quantized(dtype_)) {
+    // Block-quantized rows (whole blocks, the last dim dense in both): row by row.
+    TP_CHECK(strides_.back() == 1 && src.strides_.back() == 1, "[Tensor::copy_from] ", src.describe(), " into ",
+             describe(), ": quantized tensors copy whole rows only");
+    const int64_t cols = shape_.back(), row_bytes = dtype_nbytes(dtype_, cols);
+    const Shape outer(shape_.begin(), shape_.end() - 1);
+    std::vector<int64_t> dst_rows;
+    for_each_offset(outer, Shape(strides_.begin(), strides_.end() - 1), [&](int64_t off, int64_t) { dst_rows.push_back(off); });
+    for_each_offset(outer, Shape(src.strides_.begin(), src.strides_.end() - 1), [&](int64_t off, int64_t r) {
+      std::memcpy(offset_bytes(data_, dtype_, dst_rows[size_t(r)]), offset_bytes(src.data_, dtype_, off), size_t(row_bytes));
+    });
+    return;
+  }
+  TP_CHECK(!dtype_is_blocked(dtype_), "[Tensor::copy_from] strided copy of ", describe());
+  if (src.dtype_ == dtype_ && !dtype_is_blocked(src.dtype_)) {
     // Same-type strided copy: element by element, exact for every type.
     const int64_t es = dtype_block_bytes(dtype_);
     std::vector<int64_t> dst_offs;
@@ -274,7 +300,7 @@ Tensor Tensor::copy_to_new(DType dtype) const {
 }
 
 void Tensor::fill(float value) {
-  TP_CHECK(!dtype_is_quantized(dtype_), "[Tensor::fill] cannot fill ", describe());
+  TP_CHECK(!dtype_is_blocked(dtype_), "[Tensor::fill] cannot fill ", describe());
   for_each_offset(shape_, strides_, [&](int64_t off, int64_t) { store_f32(data_, dtype_, off, value); });
 }
 

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/int8_matmul.h"
 #include "model/transformer_state.h"
 
 namespace tensorpar {
@@ -199,6 +200,23 @@ void Transformer::embed(Tensor& x, const int64_t* ids, const int64_t* positions,
     float* o = out + n * C;
     for (int64_t i = 0; i < C; ++i) o[i] += p[i];
   }
+}
+
+void Transformer::set_int8_activations(bool on) {
+  eng_.set_int8_activations(on);
+  // MoE experts keep the GGUF layout (their grouped matmul reads it). A tied head is the
+  // embedding table, which looks its rows up through the packed layout.
+  const bool packed = on && int8_packed_rows_preferred();
+  for (TransformerLayer& L : layers_) {
+    L.attn().qkv().set_row_packed(packed);
+    L.attn().o().set_row_packed(packed);
+    if (!L.is_moe()) {
+      L.mlp().in().set_row_packed(packed);
+      L.mlp().down().set_row_packed(packed);
+    }
+  }
+  if (lm_head_) lm_head_->set_row_packed(packed);
+  else if (embed_ && span_.head) embed_->set_row_packed(packed);
 }
 
 const Tensor& Transformer::head_weight() const { return lm_head_ ? lm_head_->weight() : embed_->weight(); }

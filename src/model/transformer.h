@@ -103,7 +103,9 @@ class Transformer final : public CausalLM {
   void set_train_compute(const TrainCompute& compute) override;
   void set_backward_hook(std::function<void(int64_t part)> hook) override { backward_hook_ = std::move(hook); }
   int64_t activation_bytes() const override;
-  void set_int8_activations(bool on) override { eng_.set_int8_activations(on); }
+  // Also keeps the dense layers' and an untied head's 32-weight GGUF matrices row-packed for the
+  // int8 kernel while on, where this CPU's kernel reads that layout (int8_packed.h).
+  void set_int8_activations(bool on) override;
   void set_kv_dtype(DType dtype) override;
   std::vector<ParamShard> parameters() override;
   void zero_grad() override;

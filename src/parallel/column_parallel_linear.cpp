@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cpu/int8_packed.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
 
@@ -110,6 +111,11 @@ int64_t ColumnParallelLinear::weight_bytes() const {
   int64_t n = has_bias_ ? bias_.nbytes() : 0;
   for (const Segment& s : segments_) n += s.w.nbytes();
   return n;
+}
+
+void ColumnParallelLinear::set_row_packed(bool on) {
+  for (Segment& s : segments_) s.w = row_packed_as(s.w, on);
+  views_w_.assign(views_w_.size(), Tensor());  // views of the old layout would keep it alive
 }
 
 void ColumnParallelLinear::zero_grad() {

@@ -64,6 +64,10 @@ class ColumnParallelLinear {
   Tensor& d_bias() { return d_bias_; }
   void zero_grad();
   int64_t weight_bytes() const;
+  // Inference on a CPU whose int8 kernel reads row-packed weights (int8_packed.h): on keeps
+  // each segment of a packable GGUF type in that layout, off puts it back in the GGUF layout
+  // (training and f32-activation inference read that one). Other types are left as they are.
+  void set_row_packed(bool on);
 
   // Part i's rows of the weight / bias and of their gradients, as views that share storage
   // (persistent objects: a ParamShard may point at them until the next call); grads allocated.

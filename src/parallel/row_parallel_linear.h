@@ -16,6 +16,7 @@
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
+#include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/matmul.h"
 #include "parallel/partition.h"
 #include "parallel/slice_loader.h"
@@ -47,6 +48,8 @@ class RowParallelLinear {
   Tensor& d_weight() { return d_weight_; }
   Tensor& d_bias() { return d_bias_; }
   void zero_grad();
+  // As ColumnParallelLinear::set_row_packed.
+  void set_row_packed(bool on) { weight_ = row_packed_as(weight_, on); }
 
   // Before load: this rank holds rows out_range() of W (out, in) instead of columns, and
   // forward_partial gathers its input over `tp` (kept by reference; the layer's own group).

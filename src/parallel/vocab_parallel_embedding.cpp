@@ -8,6 +8,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/int8_packed.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
 #include "parallel/slice_loader.h"
@@ -77,6 +78,7 @@ void VocabParallelEmbedding::forward(Tensor& out, const int64_t* ids, int64_t n,
   } else {  // a 16-bit or quantized table: each row widened as it is read
     const int64_t row_bytes = dtype_nbytes(dt, dim_);
     const auto* base = static_cast<const uint8_t*>(weight_.raw());
+    std::vector<uint8_t> gguf_row(dtype_is_row_packed(dt) ? size_t(row_bytes) : 0);
     for (int64_t i = 0; i < n; ++i) {
       float* o = out.data<float>() + i * dim_;
       if (!range_.contains(ids[i])) {
@@ -88,12 +90,18 @@ void VocabParallelEmbedding::forward(Tensor& out, const int64_t* ids, int64_t n,
         for (int64_t j = 0; j < dim_; ++j) o[j] = bf16_to_f32(reinterpret_cast<const bf16*>(row)[j]);
       else if (dt == DType::kF16)
         for (int64_t j = 0; j < dim_; ++j) o[j] = f16_to_f32(reinterpret_cast<const f16*>(row)[j]);
-      else
+      else if (dtype_is_row_packed(dt)) {
+        int8_packed_row(weight_, ids[i] - range_.begin, gguf_row.data());
+        dequantize_row(o, gguf_row.data(), dtype_unpacked(dt), dim_);
+      } else {
         dequantize_row(o, row, dt, dim_);
+      }
     }
   }
   reduce_from_tp_region_forward(out, tp);
 }
+
+void VocabParallelEmbedding::set_row_packed(bool on) { weight_ = row_packed_as(weight_, on); }
 
 void VocabParallelEmbedding::backward(const Tensor& d_out, const Tensor& ids) {
   backward(d_out, ids.data<int64_t>(), check_id_tensor(ids, "VocabParallelEmbedding::backward"));

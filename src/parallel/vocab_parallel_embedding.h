@@ -27,6 +27,9 @@ class VocabParallelEmbedding {
   // LM head multiplies by the same table).
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
+  // Inference: keeps a packable GGUF table row-packed (a tied LM head's layout for the int8
+  // kernel, int8_packed.h; rows are looked up through it) while on; off: its GGUF layout again.
+  void set_row_packed(bool on);
   // (vocab_local, C) f32, allocated and zeroed by the first backward; accumulates.
   Tensor& d_weight() { return d_weight_; }
   void zero_grad();

@@ -182,6 +182,18 @@ TEST(Tensor, ConvertsBetweenDtypes) {
   const auto half = q.slice(1, 32, 64).to_vector();
   for (int r = 0; r < 5; ++r)
     for (int j = 0; j < 32; ++j) ASSERT_NEAR(half[size_t(r * 32 + j)], x[size_t(r * 64 + 32 + j)], 0.01);
+  // A column slice copies whole rows of blocks: its contiguous copy holds each row's second
+  // block, and a strided destination (the first half of each row of another tensor) takes them.
+  const Tensor cols = q.slice(1, 32, 64).contiguous();
+  ASSERT_TRUE(cols.is_contiguous());
+  Tensor wide = Tensor::zeros({5, 64}, DType::kQ8_0);
+  Tensor first_half = wide.slice(1, 0, 32);
+  first_half.copy_from(cols);
+  for (int r = 0; r < 5; ++r) {
+    const char* block = static_cast<const char*>(q.raw()) + r * 68 + 34;
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(cols.raw()) + r * 34, block, 34), 0) << r;
+    EXPECT_EQ(std::memcmp(static_cast<const char*>(wide.raw()) + r * 68, block, 34), 0) << r;
+  }
 }
 
 TEST(CheckedMath, DetectsOverflow) {

@@ -65,4 +65,11 @@ inline Tensor random_blocks(Rng& rng, int64_t n, int64_t k, DType t) {
   return w;
 }
 
+// The bytes of a tensor's elements (contiguous copy first).
+inline std::vector<char> bytes_of(const Tensor& t) {
+  const Tensor c = t.contiguous();
+  const auto* p = static_cast<const char*>(c.raw());
+  return std::vector<char>(p, p + c.nbytes());
+}
+
 }  // namespace tensorpar::testing

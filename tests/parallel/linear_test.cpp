@@ -2,6 +2,8 @@
 // double-precision reference and against the tp 1 run, uneven shards and empty shards included.
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/int8_matmul.h"
+#include "kernels/quant_test_util.h"
 #include "parallel/column_parallel_linear.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
@@ -470,6 +472,49 @@ TEST(ParallelLinear, SequenceParallelColumnThenRow) {
       EXPECT_CLOSE(dxs[size_t(r)], rows_of(dx, c_dim, rows), kTol);
     }
   }
+}
+
+// Inference with GGUF weights: a fused column layer (parts of 12 and 5 rows: shards of 6 and 3
+// rows, not whole groups of 8) and a row layer at tp 2, their weights row-packed for the int8
+// kernel, give the GGUF layout's int8 results to f32 rounding (the two kernels sum in different
+// orders); unpacking gives back the loaded weights (the row layer's loaded shard is a strided
+// view, so its values are compared). Skips where the int8 kernel keeps the GGUF layout.
+TEST(ParallelLinear, RowPackedWeightsForInference) {
+  if (!int8_packed_rows_preferred()) GTEST_SKIP() << "this CPU's int8 kernel reads the GGUF layout";
+  Rng rng(90);
+  const int64_t K = 128;
+  const Tensor wq = testing::random_blocks(rng, 12, K, DType::kQ4_0), wk = testing::random_blocks(rng, 5, K, DType::kQ4_0);
+  const Tensor wo = testing::random_blocks(rng, 9, 2 * K, DType::kQ5_1);
+  const Tensor x = tensor_of({3, K}, rng.uniform_vec(3 * K)), h = tensor_of({3, 2 * K}, rng.uniform_vec(6 * K));
+  run_ranks(2, [&](Communicator& c) {
+    MatmulEngine eng;
+    eng.set_row_invariant(true);
+    const std::vector<ColumnPart> parts{ColumnPart{12, partition_even_all(12, 2)}, ColumnPart{5, partition_even_all(5, 2)}};
+    ColumnParallelLinear col(K, parts, false, c.rank());
+    const SliceLoader m[2] = {slice_of(wq), slice_of(wk)};
+    col.load(m);
+    RowParallelLinear row(2 * K, 9, false, c.size(), c.rank());
+    row.load(slice_of(wo));
+    const std::vector<char> loaded_col = testing::bytes_of(col.weight());
+    const std::vector<float> loaded_row = row.weight().to_vector();
+    const Tensor hx = h.slice(1, row.in_range().begin, row.in_range().end).contiguous();
+    Tensor yc = nan_tensor({3, col.out_local()}), yr = nan_tensor({3, 9});
+    col.forward(eng, yc, x);
+    row.forward_partial(eng, yr, hx);
+    col.set_row_packed(true);
+    row.set_row_packed(true);
+    EXPECT_TRUE(dtype_is_row_packed(col.weight().dtype()));
+    EXPECT_TRUE(dtype_is_row_packed(row.weight().dtype()));
+    Tensor pc = nan_tensor({3, col.out_local()}), pr = nan_tensor({3, 9});
+    col.forward(eng, pc, x);
+    row.forward_partial(eng, pr, hx);
+    EXPECT_CLOSE(pc.to_vector(), yc.to_vector(), 1e-4);
+    EXPECT_CLOSE(pr.to_vector(), yr.to_vector(), 1e-4);
+    col.set_row_packed(false);
+    row.set_row_packed(false);
+    EXPECT_EQ(testing::bytes_of(col.weight()), loaded_col);
+    EXPECT_EQ(row.weight().to_vector(), loaded_row);
+  });
 }
 
 }  // namespace

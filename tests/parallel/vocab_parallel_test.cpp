@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "kernels/quant_test_util.h"
 #include "parallel/rng.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
 #include "parallel/vocab_parallel_embedding.h"
@@ -57,6 +58,33 @@ TEST(VocabParallelEmbedding, MatchesLookupAndScatter) {
                   1e-6);
       }
     }
+  }
+}
+
+// A GGUF table row-packed for a tied head (int8_packed.h) looks up the same rows as in its GGUF
+// layout, at tp 1..3 (shards of 13, 7/6, 5/4/4 rows: groups of 8 cut short), bit for bit; off
+// restores the loaded bytes.
+TEST(VocabParallelEmbedding, RowPackedTableLooksUpTheSameRows) {
+  Rng rng(31);
+  const int64_t vocab = 13, c_dim = 64;
+  for (const DType t : {DType::kQ8_0, DType::kQ5_0}) {
+    const Tensor table = testing::random_blocks(rng, vocab, c_dim, t);
+    const std::vector<int64_t> ids = {0, 12, 7, 8, 3, 12, 1};
+    for (int tp = 1; tp <= 3; ++tp)
+      run_ranks(tp, [&](Communicator& c) {
+        SCOPED_TRACE(::testing::Message() << dtype_name(t) << " tp " << tp << " rank " << c.rank());
+        VocabParallelEmbedding emb(vocab, c_dim, c.size(), c.rank());
+        emb.load(slice_of(table));
+        const std::vector<char> loaded = testing::bytes_of(emb.weight());
+        Tensor want = nan_tensor({int64_t(ids.size()), c_dim}), got = nan_tensor({int64_t(ids.size()), c_dim});
+        emb.forward(want, ids_tensor(ids), c);
+        emb.set_row_packed(true);
+        EXPECT_EQ(emb.weight().dtype(), dtype_row_packed(t));
+        emb.forward(got, ids_tensor(ids), c);
+        EXPECT_EQ(got.to_vector(), want.to_vector());
+        emb.set_row_packed(false);
+        EXPECT_EQ(testing::bytes_of(emb.weight()), loaded);
+      });
   }
 }
 

@@ -14,6 +14,7 @@
 #include "core/quant.h"
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/int8_matmul_driver.h"
+#include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 
 namespace tensorpar {
@@ -26,6 +27,9 @@ bool has_kernel(DType t) {
   switch (t) {
     case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: case DType::kQ8_0:
     case DType::kIQ4_NL: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
+      return true;
+    case DType::kQ4_0x8: case DType::kQ4_1x8: case DType::kQ5_0x8: case DType::kQ5_1x8: case DType::kQ8_0x8:
+    case DType::kIQ4_NLx8:
       return true;
     default:
       return false;
@@ -47,7 +51,8 @@ ActLayout act_layout(int64_t K, DType t) {
     l.off_a = l.kp;
     l.off_b = l.off_a + lanes * 4;
     l.off_c = l.off_b + lanes * 4;
-    l.row_bytes = l.off_c + lanes * 4;
+    l.off_d = l.off_c + lanes * 4;
+    l.row_bytes = l.off_d + round_up(l.kp / kQuantBlock * 4, 64);
   }
   return l;
 }
@@ -127,6 +132,7 @@ TP_VECTOR_CLONES void quantize_row_into(const float* x, const ActLayout& l, DTyp
   auto* dx = reinterpret_cast<float*>(dst + l.off_a);
   auto* corr = reinterpret_cast<int32_t*>(dst + l.off_b);
   auto* sx = reinterpret_cast<float*>(dst + l.off_c);
+  auto* qsum = reinterpret_cast<int32_t*>(dst + l.off_d);
   const float* scales = sx;  // block b's scale sits in sx[b] until sx[b] is written below
   quantize_blocks(x, l.k, t, q, sx);
   const int offset = legacy_offset(t);
@@ -140,6 +146,7 @@ TP_VECTOR_CLONES void quantize_row_into(const float* x, const ActLayout& l, DTyp
       corr[b * 8 + lane] = -offset * s4;
     }
     sx[b] = scales[b] * float(sum);
+    qsum[b] = sum;
   }
 }
 
@@ -152,7 +159,7 @@ bool runs(Int8Kernel k) {
 
 void check_operands(const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias, const char* where) {
   const DType t = weight.dtype();
-  TP_CHECK(dtype_is_quantized(t) && weight.ndim() == 2 && weight.strides()[1] == 1 &&
+  TP_CHECK((dtype_is_quantized(t) || dtype_is_row_packed(t)) && weight.ndim() == 2 && weight.strides()[1] == 1 &&
                weight.dim(1) % dtype_block_elems(t) == 0 && weight.strides()[0] % dtype_block_elems(t) == 0,
            "[", where, "] weight: got ", weight.describe(),
            ", expected a 2-D block-quantized tensor with whole contiguous blocks per row");
@@ -181,10 +188,15 @@ const std::vector<Int8Kernel>& int8_matmul_kernels() {
 
 const char* int8_kernel_name(Int8Kernel k) { return k == Int8Kernel::kVnni512 ? "vnni512" : "avx2"; }
 
-bool int8_matmul_usable(DType t) { return has_kernel(t) && !int8_matmul_kernels().empty(); }
+bool int8_matmul_usable(DType t) {
+  if (dtype_is_row_packed(t)) return runs(Int8Kernel::kVnni512);
+  return has_kernel(t) && !int8_matmul_kernels().empty();
+}
+
+bool int8_packed_rows_preferred() { return runs(Int8Kernel::kVnni512); }
 
 int64_t int8_matmul_scratch_bytes(int64_t M, int64_t K, DType t) {
-  return std::max<int64_t>(M, 1) * act_layout(K, t).row_bytes;
+  return std::max<int64_t>(M, 1) * act_layout(K, dtype_unpacked(t)).row_bytes;
 }
 
 void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias, void* scratch) {
@@ -196,9 +208,12 @@ void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, co
 void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias, void* scratch,
                          Int8Kernel kernel) {
   check_operands(out, in, weight, bias, "int8_matmul_forward");
-  const DType t = weight.dtype();
+  const bool packed = dtype_is_row_packed(weight.dtype());
+  const DType t = dtype_unpacked(weight.dtype());
   TP_CHECK(has_kernel(t), "[int8_matmul_forward] no int8 kernel for ", dtype_name(t), " weights");
   TP_CHECK(runs(kernel), "[int8_matmul_forward] this CPU cannot run the ", int8_kernel_name(kernel), " kernel");
+  TP_CHECK(!packed || kernel == Int8Kernel::kVnni512, "[int8_matmul_forward] ", weight.describe(),
+           " is row-packed: only the vnni512 kernel multiplies it");
   TP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 64 == 0, "[int8_matmul_forward] scratch must be 64-byte aligned");
   const int64_t M = in.dim(0), K = in.dim(1), be = dtype_block_elems(t);
   if (out.numel() == 0) return;
@@ -218,12 +233,14 @@ void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, co
   char* act = static_cast<char*>(scratch);
 #pragma omp parallel for schedule(static) if (M * K > (int64_t(1) << 16))
   for (int64_t m = 0; m < M; ++m) quantize_row_into(x + m * ldx, o.l, t, act + m * o.l.row_bytes);
-  if (kernel == Int8Kernel::kVnni512) run_vnni512(o, t);
+  if (packed) run_packed_vnni512(o, t);
+  else if (kernel == Int8Kernel::kVnni512) run_vnni512(o, t);
   else run_avx2(o, t);
 }
 
-void int8_matmul_reference(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
-  check_operands(out, in, weight, bias, "int8_matmul_reference");
+void int8_matmul_reference(Tensor& out, const Tensor& in, const Tensor& given, const Tensor* bias) {
+  check_operands(out, in, given, bias, "int8_matmul_reference");
+  const Tensor weight = dtype_is_row_packed(given.dtype()) ? int8_unpack_rows(given) : given;
   const DType t = weight.dtype();
   TP_CHECK(has_kernel(t), "[int8_matmul_reference] no int8 rule for ", dtype_name(t), " weights");
   const int64_t M = in.dim(0), K = in.dim(1), N = weight.dim(0), be = dtype_block_elems(t);

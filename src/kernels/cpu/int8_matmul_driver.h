@@ -10,7 +10,8 @@
 // - Legacy weight types (blocks of 32): dx (the block's f16 scale, in each of its 8 lanes),
 //   corr (-offset x the lane's 4 activation codes: the weight codes are stored unsigned, code =
 //   q + offset, so sum (code - offset) * x = corr + sum code * x), and per block sx = d x sum q
-//   (the q4_1 / q5_1 offset term m's factor).
+//   (the q4_1 / q5_1 offset term m's factor), and per block the sum of its codes (int32; the
+//   row-packed kernels' offset term).
 // - K-quants (super-blocks of 256): d (f32), corr lanes as above for Q6_K (codes q + 32), and the
 //   sums of each 32 codes (the Q4_K / Q5_K mins term).
 // Unpacked weight rows (several groups of input rows pass one tile) have one layout for every
@@ -53,6 +54,7 @@ inline int64_t legacy_unpacked_bytes(int64_t nb) { return (nb + 1) / 2 * 128; }
 struct ActLayout {
   int64_t k = 0, kp = 0, row_bytes = 0;
   int64_t off_a = 0, off_b = 0, off_c = 0;  // legacy: dx, corr, sx; K-quants: d, corr (Q6_K), sums32
+  int64_t off_d = 0;                         // legacy: the blocks' code sums
 };
 
 struct Operands {
@@ -70,6 +72,8 @@ struct Operands {
 // The whole product of one weight type with one instruction set's kernels.
 void run_vnni512(const Operands& o, DType t);
 void run_avx2(const Operands& o, DType t);
+// The same for row-packed weights (int8_packed.h) of GGUF type t: o.w is the packed tensor.
+void run_packed_vnni512(const Operands& o, DType t);
 
 // Per-thread scratch of a tile: the legacy offsets (m) and, when several groups of
 // input rows pass a tile, its rows unpacked once.

@@ -351,6 +351,9 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
   TP_CHECK(out2.dim(0) == in2.dim(0) && out2.dim(1) == weight.dim(0), "[matmul_forward] out: got ",
            out.describe(), " for in ", in.describe(), " and weight ", weight.describe(),
            ", expected (..,", weight.dim(0), ") with the rows of in");
+  TP_CHECK(!dtype_is_row_packed(weight.dtype()) || (eng.row_invariant() && eng.int8_activations()),
+           "[matmul_forward] weight ", weight.describe(), " is row-packed for inference's int8 kernel: it cannot be "
+           "multiplied with f32 activations or in training");
   if (eng.row_invariant()) {
     const Tensor a = converted(eng, in2, DType::kF32, 0);
     // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
@@ -359,7 +362,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
     const bool bf16 = weight.dtype() == DType::kBF16;
     if (bf16 && bf16_kernel() == Bf16Kernel::kAmx)
       amx_bf16_matmul_forward(out2, a, weight, bias, eng.scratch(4, amx_bf16_scratch_bytes(a.dim(0), a.dim(1))));
-    else if (eng.int8_activations() && dtype_is_quantized(weight.dtype()) && int8_matmul_usable(weight.dtype()))
+    else if (eng.int8_activations() && (dtype_is_quantized(weight.dtype()) || dtype_is_row_packed(weight.dtype())) &&
+             int8_matmul_usable(weight.dtype()))
       int8_matmul_forward(out2, a, weight, bias, eng.scratch(4, int8_matmul_scratch_bytes(a.dim(0), a.dim(1), weight.dtype())));
     else if (bf16 && bf16_kernel() == Bf16Kernel::kAvx512Bf16)
       avx512bf16_matmul_forward(out2, a, weight, bias,
@@ -385,6 +389,8 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
   TP_CHECK(dy.dim(0) == x.dim(0) && dy.dim(1) == weight.dim(0), "[matmul_backward] d_out: got ",
            d_out.describe(), " for in ", in.describe(), " and weight ", weight.describe(),
            ", expected (..,", weight.dim(0), ") with the rows of in");
+  TP_CHECK(!dtype_is_row_packed(weight.dtype()), "[matmul_backward] weight ", weight.describe(),
+           " is row-packed for inference: no backward through it");
   const bool quantized = dtype_is_quantized(weight.dtype());
   TP_CHECK(!quantized || (!d_weight && !d_bias), "[matmul_backward] weight ", weight.describe(),
            " is quantized (frozen): only d_in is available");
