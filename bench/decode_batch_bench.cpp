@@ -50,6 +50,7 @@ void run_decode_bench(const DecodeBenchOptions& o) {
     LoadOptions lo;
     lo.float_weights = o.dtype == "auto" ? std::nullopt : std::optional(dtype_from_name(o.dtype));
     auto m = load_model(o.model, world, lo);
+    m->set_int8_activations(true);  // as the inference commands do: the weights as the int8 kernel reads them
     const int64_t V = m->config().vocab_size, Vl = m->vocab_range().size();
     const bool lead = world.rank() == 0;
     std::vector<RowBatch> batches(o.rows.size());
