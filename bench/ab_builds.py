@@ -6,7 +6,8 @@ a shared machine hits both alike; reports medians over rounds and B/A ratios. Ev
 process; decode tok/s is what `generate --json` reports (generated tokens / decode time), training
 tokens/s the median over the steps after warm-up of `train --json` (batch x seq / step time).
 
-Usage: bench/ab_builds.py --a OLD_BINARY --b build/bin/tensorpar [--rounds 3] [--out FILE.json]
+Usage: bench/ab_builds.py --a OLD_BINARY --b build/bin/tensorpar [--rounds 3] [--no-train]
+           [--decode-tokens 64] [--model FILE.gguf] [--out FILE.json]
 """
 import argparse
 import json
@@ -56,6 +57,8 @@ def main():
     ap.add_argument("--long-prompt", default="/usr/share/common-licenses/GPL-3", help="file: its first 2000 chars")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=8)
+    ap.add_argument("--no-train", action="store_true", help="decode and prefill only (an inference change)")
+    ap.add_argument("--decode-tokens", type=int, default=64, help="tokens generated per decode run")
     ap.add_argument("--out")
     a = ap.parse_args()
     long_prompt = open(a.long_prompt, encoding="utf-8", errors="replace").read()[:2000]
@@ -67,17 +70,18 @@ def main():
             binary = a.a if key == "a" else a.b
             for tp, th in layouts:
                 cell = res[key][f"tp{tp}x{th}"]
-                cell["decode"].append(generate(binary, a, tp, th, PROMPT_SHORT, 64)["decode_tok_s"])
+                cell["decode"].append(generate(binary, a, tp, th, PROMPT_SHORT, a.decode_tokens)["decode_tok_s"])
                 cell["prefill"].append(generate(binary, a, tp, th, long_prompt, 1)["prefill_tok_s"])
-                t = train(binary, a, tp, th)
-                cell["train"].append(t["tokens_per_s"])
-                losses[f"{key} tp{tp}x{th}"] = t["losses"]
+                if not a.no_train:
+                    t = train(binary, a, tp, th)
+                    cell["train"].append(t["tokens_per_s"])
+                    losses[f"{key} tp{tp}x{th}"] = t["losses"]
             print(f"round {r + 1}/{a.rounds} {key} done", file=sys.stderr)
     print(f"{'layout':10} {'metric':8} {'A median':>10} {'B median':>10} {'B/A':>6}")
     summary = {}
     for tp, th in layouts:
         lay = f"tp{tp}x{th}"
-        for m in ("decode", "prefill", "train"):
+        for m in ("decode", "prefill") + (() if a.no_train else ("train",)):
             ma, mb = statistics.median(res["a"][lay][m]), statistics.median(res["b"][lay][m])
             summary[f"{lay} {m}"] = {"a": ma, "b": mb, "ratio": mb / ma}
             print(f"{lay:10} {m:8} {ma:10.1f} {mb:10.1f} {mb / ma:6.2f}")

@@ -44,6 +44,7 @@ struct GemmBenchOptions {
   bool quant = false;
   int threads = 0;
   std::vector<int64_t> rows;  // the row counts M (default: 1, 16, 512; --quant 1, 4, 16, 64, 256)
+  std::vector<std::string> types;  // --quant: the weight types (default: q4_0 q4_1 q5_0 q8_0 q4_k q6_k)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -382,6 +383,14 @@ void run_quant_bench(const GemmBenchOptions& opt) {
   std::vector<int64_t> ms = opt.rows.empty() ? std::vector<int64_t>{1, 4, 16, 64, 256} : opt.rows;
   std::vector<DType> types = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K};
   if (opt.quick) shapes = {{1536, 576}}, ms = {1, 16}, types = {DType::kQ4_0, DType::kQ4_K};
+  if (!opt.types.empty()) {
+    types.clear();
+    for (const std::string& name : opt.types) {
+      const DType t = dtype_from_name(name);
+      TP_CHECK(dtype_is_quantized(t), "[bench gemm --quant] --types ", name, ": not a GGUF block-quantized type");
+      types.push_back(t);
+    }
+  }
   uint64_t seed = 900;
   for (const DType t : types)
     for (const int64_t M : ms)
@@ -399,9 +408,9 @@ void run_quant_bench(const GemmBenchOptions& opt) {
         double tr, ti = 0, tp = 0, ti2 = 0;
         if (int8_matmul_usable(t)) std::tie(tr, ti) = paired_seconds_per_call(row, int8);
         else tr = seconds_per_call(row);
-        if (int8_packable(t) && int8_packed_rows_preferred()) {
-          // The layout inference keeps these types in on this CPU, against the GGUF layout's
-          // kernel in one more interleaved pair.
+        if (int8_packable(t)) {
+          // The row-packed layout (which inference keeps where int8_packed_rows_preferred says),
+          // against the GGUF layout's kernel in one more interleaved pair.
           std::vector<Tensor> wp;
           for (const Tensor& c : ws) wp.push_back(int8_pack_rows(c));
           auto packed = [&] { int8_matmul_forward(out, in, wp[i++ % wp.size()], nullptr, scratch.get()); };
@@ -504,6 +513,9 @@ void add_gemm_bench(CLI::App& bench) {
                   "The row counts M to run (default 1,16,512; with --quant 1,4,16,64,256; not --inference)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
+  cmd->add_option("--types", opt->types,
+                  "With --quant: the weight types (comma-separated GGUF names; default q4_0,q4_1,q5_0,q8_0,q4_k,q6_k)")
+      ->delimiter(',');
   cmd->callback([opt] {
     opt->quant ? run_quant_bench(*opt) : opt->inference ? run_inference_bench(*opt) : run_gemm_bench(*opt);
   });

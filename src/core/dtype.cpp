@@ -62,6 +62,12 @@ std::string_view dtype_name(DType t) {
       return "q5_1x8";
     case DType::kIQ4_NLx8:
       return "iq4_nlx8";
+    case DType::kQ4_Kx8:
+      return "q4_kx8";
+    case DType::kQ5_Kx8:
+      return "q5_kx8";
+    case DType::kQ6_Kx8:
+      return "q6_kx8";
   }
   return "?";
 }

@@ -31,8 +31,8 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
-  // The 32-weight types as the int8 kernels keep them after load (int8_packed.h): the blocks of
-  // 8 consecutive rows interleaved. Same block sizes and bytes as their GGUF type, not a GGUF
+  // The types as the int8 kernels keep them after load (int8_packed.h): the blocks of 8
+  // consecutive rows interleaved. Same block sizes and bytes as their GGUF type, not a GGUF
   // layout: only the int8 matmul reads them.
   kQ8_0x8,
   kQ4_0x8,
@@ -40,6 +40,9 @@ enum class DType : uint8_t {
   kQ5_0x8,
   kQ5_1x8,
   kIQ4_NLx8,
+  kQ4_Kx8,
+  kQ5_Kx8,
+  kQ6_Kx8,
 };
 
 constexpr bool dtype_is_quantized(DType t) {
@@ -53,19 +56,21 @@ constexpr bool dtype_is_kquant(DType t) {
 inline constexpr int64_t kPackedRows = 8;
 // The row-packed types (kPackedRows rows' blocks interleaved) and the GGUF type each packs.
 constexpr bool dtype_is_row_packed(DType t) {
-  return t >= DType::kQ8_0x8 && t <= DType::kIQ4_NLx8;
+  return t >= DType::kQ8_0x8 && t <= DType::kQ6_Kx8;
 }
 constexpr DType dtype_unpacked(DType t) {
+  if (t >= DType::kQ4_Kx8 && t <= DType::kQ6_Kx8) return DType(int(t) - int(DType::kQ4_Kx8) + int(DType::kQ4_K));
   return dtype_is_row_packed(t) ? DType(int(t) - int(DType::kQ8_0x8) + int(DType::kQ8_0)) : t;
 }
-// The packed form of a 32-weight GGUF type (t itself for any other type).
+// The packed form of a 32-weight GGUF type or of Q4_K, Q5_K, Q6_K (t itself for any other type).
 constexpr DType dtype_row_packed(DType t) {
+  if (t >= DType::kQ4_K && t <= DType::kQ6_K) return DType(int(t) - int(DType::kQ4_K) + int(DType::kQ4_Kx8));
   return t >= DType::kQ8_0 && t <= DType::kIQ4_NL ? DType(int(t) - int(DType::kQ8_0) + int(DType::kQ8_0x8)) : t;
 }
-// Elements per storage block: 1 for plain types, 32 for legacy block quants (packed or not),
-// 256 for K-quants.
+// Elements per storage block: 1 for plain types, 32 for legacy block quants, 256 for K-quants
+// (packed or not).
 constexpr int64_t dtype_block_elems(DType t) {
-  if (dtype_is_kquant(t)) return 256;
+  if (dtype_is_kquant(dtype_unpacked(t))) return 256;
   return dtype_is_quantized(t) || dtype_is_row_packed(t) ? 32 : 1;
 }
 // Whether elements are stored in multi-element blocks (offsets and slices at block multiples).
@@ -85,9 +90,9 @@ constexpr int64_t dtype_block_bytes(DType t) {
     case DType::kQ5_1: case DType::kQ5_1x8: return 24;
     case DType::kQ2_K: return 84;
     case DType::kQ3_K: return 110;
-    case DType::kQ4_K: return 144;
-    case DType::kQ5_K: return 176;
-    case DType::kQ6_K: return 210;
+    case DType::kQ4_K: case DType::kQ4_Kx8: return 144;
+    case DType::kQ5_K: case DType::kQ5_Kx8: return 176;
+    case DType::kQ6_K: case DType::kQ6_Kx8: return 210;
   }
   throw std::logic_error("dtype_block_bytes: not a DType");
 }

@@ -204,9 +204,10 @@ void Transformer::embed(Tensor& x, const int64_t* ids, const int64_t* positions,
 
 void Transformer::set_int8_activations(bool on) {
   eng_.set_int8_activations(on);
+  // Each weight is packed where this CPU prefers its type packed (int8_packed_rows_preferred).
   // MoE experts keep the GGUF layout (their grouped matmul reads it). A tied head is the
   // embedding table, which looks its rows up through the packed layout.
-  const bool packed = on && int8_packed_rows_preferred();
+  const bool packed = on;
   for (TransformerLayer& L : layers_) {
     L.attn().qkv().set_row_packed(packed);
     L.attn().o().set_row_packed(packed);

@@ -1,9 +1,10 @@
-// Row-packed weights (int8_packed.h): packing is exact and invertible for every 32-weight type
-// (whole and partial groups, strided sources), the packed kernel matches the naive reference
-// on the GGUF tensor (int8_matmul_reference: f64 dots of the dequantized weights and the rounded
-// activations), rows are batch- and thread-count-invariant, the extreme codes are exact, and the
-// layout is refused wherever it cannot be read. The kernel tests skip on a CPU without AVX-512
-// VNNI (packing is still checked there).
+// Row-packed weights (int8_packed.h): packing is exact and invertible for every packable type
+// (the 32-weight types, Q4_K, Q5_K, Q6_K; whole and partial groups, strided sources), the packed
+// kernel matches the naive reference on the GGUF tensor (int8_matmul_reference: f64 dots of the
+// dequantized weights and the rounded activations) with each kernel this CPU runs (AVX-512 VNNI,
+// AVX2), rows are batch- and thread-count-invariant, the extreme codes are exact, and the layout
+// is refused wherever it cannot be read. The kernel tests skip on a CPU without AVX2 (packing is
+// still checked there).
 //
 // Tolerances as in int8_matmul_test.cpp: 1e-6 * K + 1e-5 absolute (exact integer sums, f32
 // scaling and accumulation of K terms).
@@ -28,16 +29,32 @@ using testing::nan_tensor;
 using testing::bytes_of;
 using testing::Rng;
 
-constexpr DType kPackable[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kIQ4_NL};
-constexpr const char* kNoKernel = "this CPU has no AVX-512 VNNI kernel for row-packed weights";
+constexpr DType kPackable[] = {DType::kQ4_0, DType::kQ4_1,   DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
+                               DType::kIQ4_NL, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr const char* kNoKernel = "this CPU has no int8 kernel (AVX2) for row-packed weights";
 
 double tol(int64_t K) { return 1e-6 * double(K) + 1e-5; }
 
-void run_int8(Tensor& out, const Tensor& in, const Tensor& w, const Tensor* bias) {
+void run_int8(Tensor& out, const Tensor& in, const Tensor& w, const Tensor* bias,
+              Int8Kernel kernel = int8_matmul_kernels().front()) {
   const int64_t bytes = int8_matmul_scratch_bytes(in.dim(0), in.dim(1), w.dtype());
   std::vector<char> buf(static_cast<size_t>(bytes + 64));
   void* p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
-  int8_matmul_forward(out, in, w, bias, p);
+  int8_matmul_forward(out, in, w, bias, p, kernel);
+}
+
+// Every kernel this CPU runs on w row-packed against the naive reference on w (GGUF layout), within
+// tol(K); returns the reference.
+std::vector<float> expect_packed_matches_reference(const Tensor& x, const Tensor& w, const Tensor* bias) {
+  Tensor want = nan_tensor({x.dim(0), w.dim(0)});
+  int8_matmul_reference(want, x, w, bias);
+  const Tensor packed = int8_pack_rows(w);
+  for (const Int8Kernel kernel : int8_matmul_kernels()) {
+    Tensor got = nan_tensor({x.dim(0), w.dim(0)});
+    run_int8(got, x, packed, bias, kernel);
+    EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), tol(x.dim(1))) << int8_kernel_name(kernel);
+  }
+  return want.to_vector();
 }
 
 TEST(Int8Packed, PackingIsExactAndInvertible) {
@@ -46,7 +63,7 @@ TEST(Int8Packed, PackingIsExactAndInvertible) {
   for (const DType t : kPackable)
     for (const int64_t N : {1, 8, 13, 37}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " N " + std::to_string(N));
-      const Tensor w = testing::random_blocks(rng, N, 96, t);
+      const Tensor w = testing::random_blocks(rng, N, 3 * dtype_block_elems(t), t);
       const Tensor p = int8_pack_rows(w);
       EXPECT_EQ(p.dtype(), dtype_row_packed(t));
       EXPECT_EQ(p.shape(), w.shape());
@@ -73,17 +90,15 @@ TEST(Int8Packed, MatchesReferenceForEveryType) {
   Rng rng(61);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   for (const DType t : kPackable)
-    for (const int64_t K : {32, 96, 608})
+    for (const int64_t blocks : {1, 3, 19})
       for (const int64_t M : {1, 3, 4, 9}) {
-        SCOPED_TRACE(std::string(dtype_name(t)) + " K " + std::to_string(K) + " M " + std::to_string(M));
+        const int64_t K = blocks * dtype_block_elems(t);
         const int64_t N = 13;
         const Tensor w = testing::random_blocks(rng, N, K, t);
         const Tensor x = rng.uniform_tensor({M, K});
         const Tensor bias = rng.uniform_tensor({N});
-        Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
-        run_int8(got, x, int8_pack_rows(w), &bias);
-        int8_matmul_reference(want, x, w, &bias);
-        EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), tol(K));
+        SCOPED_TRACE(std::string(dtype_name(t)) + " K " + std::to_string(K) + " M " + std::to_string(M));
+        expect_packed_matches_reference(x, w, &bias);
       }
 }
 
@@ -110,12 +125,40 @@ TEST(Int8Packed, ExtremeCodesAreExact) {
     for (int64_t i = 0; i < M * K; ++i)
       x[size_t(i)] = (t == DType::kQ8_0 && (i % K) / 32 % 2 == 0 ? -1.0f : 1.0f) * float(i / K + 1);
     const Tensor xt = Tensor::from_f32({M, K}, x);
-    Tensor got = nan_tensor({M, N}), want = nan_tensor({M, N});
-    run_int8(got, xt, int8_pack_rows(w), nullptr);
-    int8_matmul_reference(want, xt, w, nullptr);
-    EXPECT_LE(testing::max_abs_diff(got.to_vector(), want.to_vector()), tol(K));
-    EXPECT_GT(std::fabs(want.to_vector()[0]), 1.0);
+    EXPECT_GT(std::fabs(expect_packed_matches_reference(xt, w, nullptr)[0]), 1.0);
   }
+}
+
+// The K-quants with every bit of every code, scale and min set (Q4_K/Q5_K scales and mins 63,
+// Q5_K's fifth bits, Q6_K codes 63 and scales -1), and with every code bit clear: a bit out of
+// place in the packed scales, masks or high bits would move the sums by many steps.
+TEST(Int8Packed, KQuantExtremeCodesAreExact) {
+  if (!int8_matmul_usable(DType::kQ4_Kx8)) GTEST_SKIP() << kNoKernel;
+  const int64_t K = 512, N = 10, M = 2;
+  for (const DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K})
+    for (const int fill : {0xff, 0x00}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " fill " + std::to_string(fill));
+      Tensor w = Tensor::zeros({N, K}, t);
+      auto* bytes = static_cast<uint8_t*>(w.raw());
+      const int64_t bb = dtype_block_bytes(t);
+      const f16 d = f32_to_f16(1.0f / 4096), dmin = f32_to_f16(1.0f / 1024);  // outputs of a few hundred
+      for (int64_t b = 0; b < N * K / 256; ++b) {
+        uint8_t* blk = bytes + b * bb;
+        std::memset(blk, fill, size_t(bb));
+        if (t == DType::kQ6_K) {
+          std::memset(blk + offsetof(BlockQ6_K, scales), 0xff, 16);
+          std::memcpy(blk + offsetof(BlockQ6_K, d), &d, 2);
+        } else {
+          std::memset(blk + offsetof(BlockQ4_K, scales), 0xff, 12);
+          std::memcpy(blk + offsetof(BlockQ4_K, d), &d, 2);
+          std::memcpy(blk + offsetof(BlockQ4_K, dmin), &dmin, 2);
+        }
+      }
+      std::vector<float> x(static_cast<size_t>(M * K));
+      for (int64_t i = 0; i < M * K; ++i) x[size_t(i)] = float(i / K + 1) * (fill ? 1.0f : -1.0f);
+      const Tensor xt = Tensor::from_f32({M, K}, x);
+      EXPECT_GT(std::fabs(expect_packed_matches_reference(xt, w, nullptr)[0]), 1.0);
+    }
 }
 
 // A row gives the same bits alone, in any batch, at any position, with 1 or 2 threads.
@@ -125,33 +168,34 @@ TEST(Int8Packed, RowsAreBatchInvariant) {
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   const int64_t K = 512, N = 37, M = 11;
   const int saved = omp_get_max_threads();
-  for (const DType t : kPackable) {
-    SCOPED_TRACE(dtype_name(t));
-    const Tensor w = int8_pack_rows(testing::random_blocks(rng, N, K, t));
-    const Tensor x = rng.uniform_tensor({M, K});
-    Tensor all = nan_tensor({M, N});
-    run_int8(all, x, w, nullptr);
-    const std::vector<float> av = all.to_vector();
-    for (const int threads : {1, 2}) {
-      omp_set_num_threads(threads);
-      for (int64_t r = 0; r < M; ++r) {
-        const int64_t m0 = std::max<int64_t>(0, r - 2);
-        for (const int64_t first : {r, m0}) {
-          Tensor some = nan_tensor({r + 1 - first, N});
-          run_int8(some, x.slice(0, first, r + 1), w, nullptr);
-          const std::vector<float> sv = some.to_vector();
-          EXPECT_EQ(std::memcmp(sv.data() + (r - first) * N, av.data() + r * N, N * sizeof(float)), 0)
-              << " row " << r << " of " << r + 1 - first << ", threads " << threads;
+  for (const DType t : kPackable)
+    for (const Int8Kernel kernel : int8_matmul_kernels()) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + int8_kernel_name(kernel));
+      const Tensor w = int8_pack_rows(testing::random_blocks(rng, N, K, t));
+      const Tensor x = rng.uniform_tensor({M, K});
+      Tensor all = nan_tensor({M, N});
+      run_int8(all, x, w, nullptr, kernel);
+      const std::vector<float> av = all.to_vector();
+      for (const int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        for (int64_t r = 0; r < M; ++r) {
+          const int64_t m0 = std::max<int64_t>(0, r - 2);
+          for (const int64_t first : {r, m0}) {
+            Tensor some = nan_tensor({r + 1 - first, N});
+            run_int8(some, x.slice(0, first, r + 1), w, nullptr, kernel);
+            const std::vector<float> sv = some.to_vector();
+            EXPECT_EQ(std::memcmp(sv.data() + (r - first) * N, av.data() + r * N, N * sizeof(float)), 0)
+                << " row " << r << " of " << r + 1 - first << ", threads " << threads;
+          }
         }
       }
+      omp_set_num_threads(saved);
     }
-    omp_set_num_threads(saved);
-  }
 }
 
 TEST(Int8Packed, RefusedWhereTheLayoutCannotBeRead) {
   Rng rng(63);
-  EXPECT_THROW(int8_pack_rows(testing::random_blocks(rng, 8, 256, DType::kQ4_K)), Error);
+  EXPECT_THROW(int8_pack_rows(testing::random_blocks(rng, 8, 256, DType::kQ3_K)), Error);
   EXPECT_THROW(int8_pack_rows(Tensor::zeros({8, 64}, DType::kF32)), Error);
   EXPECT_THROW(int8_unpack_rows(testing::random_blocks(rng, 8, 64, DType::kQ4_0)), Error);
   const Tensor p = int8_pack_rows(testing::random_blocks(rng, 13, 64, DType::kQ4_0));
@@ -164,11 +208,6 @@ TEST(Int8Packed, RefusedWhereTheLayoutCannotBeRead) {
   if (!int8_matmul_usable(DType::kQ4_0x8)) return;
   const Tensor x = rng.uniform_tensor({2, 64});
   Tensor out = nan_tensor({2, 13});
-  std::vector<char> buf(1 << 16);
-  void* s = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
-  if (int8_matmul_kernels().size() > 1) {  // the AVX2 kernel reads the GGUF layout only
-    EXPECT_THROW(int8_matmul_forward(out, x, p, nullptr, s, Int8Kernel::kAvx2), Error);
-  }
   // Outside inference's int8 path (training, f32 activations) the layout cannot be multiplied.
   MatmulEngine eng;
   EXPECT_THROW(matmul_forward(eng, out, x, p, nullptr), Error);

@@ -480,7 +480,8 @@ TEST(ParallelLinear, SequenceParallelColumnThenRow) {
 // orders); unpacking gives back the loaded weights (the row layer's loaded shard is a strided
 // view, so its values are compared). Skips where the int8 kernel keeps the GGUF layout.
 TEST(ParallelLinear, RowPackedWeightsForInference) {
-  if (!int8_packed_rows_preferred()) GTEST_SKIP() << "this CPU's int8 kernel reads the GGUF layout";
+  if (!int8_packed_rows_preferred(DType::kQ4_0) || !int8_packed_rows_preferred(DType::kQ5_1))
+    GTEST_SKIP() << "this CPU's int8 kernel reads the GGUF layout";
   Rng rng(90);
   const int64_t K = 128;
   const Tensor wq = testing::random_blocks(rng, 12, K, DType::kQ4_0), wk = testing::random_blocks(rng, 5, K, DType::kQ4_0);

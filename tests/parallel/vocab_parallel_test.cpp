@@ -5,6 +5,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "kernels/cpu/int8_matmul.h"
 #include "kernels/quant_test_util.h"
 #include "parallel/rng.h"
 #include "parallel/vocab_parallel_cross_entropy.h"
@@ -63,11 +64,12 @@ TEST(VocabParallelEmbedding, MatchesLookupAndScatter) {
 
 // A GGUF table row-packed for a tied head (int8_packed.h) looks up the same rows as in its GGUF
 // layout, at tp 1..3 (shards of 13, 7/6, 5/4/4 rows: groups of 8 cut short), bit for bit; off
-// restores the loaded bytes.
+// restores the loaded bytes. (A type this CPU keeps in the GGUF layout stays in it.)
 TEST(VocabParallelEmbedding, RowPackedTableLooksUpTheSameRows) {
   Rng rng(31);
-  const int64_t vocab = 13, c_dim = 64;
-  for (const DType t : {DType::kQ8_0, DType::kQ5_0}) {
+  const int64_t vocab = 13;
+  for (const DType t : {DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
+    const int64_t c_dim = 2 * dtype_block_elems(t);
     const Tensor table = testing::random_blocks(rng, vocab, c_dim, t);
     const std::vector<int64_t> ids = {0, 12, 7, 8, 3, 12, 1};
     for (int tp = 1; tp <= 3; ++tp)
@@ -79,7 +81,7 @@ TEST(VocabParallelEmbedding, RowPackedTableLooksUpTheSameRows) {
         Tensor want = nan_tensor({int64_t(ids.size()), c_dim}), got = nan_tensor({int64_t(ids.size()), c_dim});
         emb.forward(want, ids_tensor(ids), c);
         emb.set_row_packed(true);
-        EXPECT_EQ(emb.weight().dtype(), dtype_row_packed(t));
+        EXPECT_EQ(emb.weight().dtype(), int8_packed_rows_preferred(t) ? dtype_row_packed(t) : t);
         emb.forward(got, ids_tensor(ids), c);
         EXPECT_EQ(got.to_vector(), want.to_vector());
         emb.set_row_packed(false);

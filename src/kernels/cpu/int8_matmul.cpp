@@ -29,7 +29,7 @@ bool has_kernel(DType t) {
     case DType::kIQ4_NL: case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K:
       return true;
     case DType::kQ4_0x8: case DType::kQ4_1x8: case DType::kQ5_0x8: case DType::kQ5_1x8: case DType::kQ8_0x8:
-    case DType::kIQ4_NLx8:
+    case DType::kIQ4_NLx8: case DType::kQ4_Kx8: case DType::kQ5_Kx8: case DType::kQ6_Kx8:
       return true;
     default:
       return false;
@@ -45,7 +45,8 @@ ActLayout act_layout(int64_t K, DType t) {
     l.off_a = l.kp;
     l.off_b = l.off_a + round_up(nsb * 4, 64);
     l.off_c = l.off_b + l.kp;  // kp / 4 lanes of int32
-    l.row_bytes = l.off_c + round_up(nsb * 8 * 4, 64);
+    l.off_d = l.off_c + round_up(nsb * 8 * 4, 64);
+    l.row_bytes = l.off_d + round_up(nsb * 16 * 4, 64);
   } else {
     const int64_t lanes = l.kp / 4;
     l.off_a = l.kp;
@@ -115,12 +116,14 @@ TP_VECTOR_CLONES void quantize_row_into(const float* x, const ActLayout& l, DTyp
     auto* d = reinterpret_cast<float*>(dst + l.off_a);
     auto* corr = reinterpret_cast<int32_t*>(dst + l.off_b);
     auto* s32 = reinterpret_cast<int32_t*>(dst + l.off_c);
+    auto* s16 = reinterpret_cast<int32_t*>(dst + l.off_d);
     quantize_blocks(x, l.k, t, q, d);
     for (int64_t b = 0; b < nsb; ++b)
       for (int g = 0; g < 16; ++g) {
         int32_t s = 0;
         for (int i = 0; i < 16; ++i) s += q[b * kKQuantBlock + g * 16 + i];
         s32[b * 8 + g / 2] += s;
+        s16[b * 16 + g] = s;
         for (int lane = 0; lane < 4; ++lane) {  // Q6_K's codes are q + 32
           const int64_t i0 = b * kKQuantBlock + g * 16 + lane * 4;
           corr[i0 / 4] = -32 * (q[i0] + q[i0 + 1] + q[i0 + 2] + q[i0 + 3]);
@@ -188,12 +191,16 @@ const std::vector<Int8Kernel>& int8_matmul_kernels() {
 
 const char* int8_kernel_name(Int8Kernel k) { return k == Int8Kernel::kVnni512 ? "vnni512" : "avx2"; }
 
-bool int8_matmul_usable(DType t) {
-  if (dtype_is_row_packed(t)) return runs(Int8Kernel::kVnni512);
-  return has_kernel(t) && !int8_matmul_kernels().empty();
-}
+bool int8_matmul_usable(DType t) { return has_kernel(t) && !int8_matmul_kernels().empty(); }
 
-bool int8_packed_rows_preferred() { return runs(Int8Kernel::kVnni512); }
+bool int8_packed_rows_preferred(DType t) {
+  if (!int8_packable(t)) return false;
+  // Measured (docs/BENCHMARKS.md): the AVX2 Q6_K kernel packed is no faster at one row and slower
+  // in prefill (each group of input rows unpacks the 6-bit codes again); the AVX-512 VNNI kernels
+  // have no packed K-quant form.
+  if (runs(Int8Kernel::kVnni512)) return !dtype_is_kquant(t);
+  return runs(Int8Kernel::kAvx2) && t != DType::kQ6_K;
+}
 
 int64_t int8_matmul_scratch_bytes(int64_t M, int64_t K, DType t) {
   return std::max<int64_t>(M, 1) * act_layout(K, dtype_unpacked(t)).row_bytes;
@@ -212,8 +219,6 @@ void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, co
   const DType t = dtype_unpacked(weight.dtype());
   TP_CHECK(has_kernel(t), "[int8_matmul_forward] no int8 kernel for ", dtype_name(t), " weights");
   TP_CHECK(runs(kernel), "[int8_matmul_forward] this CPU cannot run the ", int8_kernel_name(kernel), " kernel");
-  TP_CHECK(!packed || kernel == Int8Kernel::kVnni512, "[int8_matmul_forward] ", weight.describe(),
-           " is row-packed: only the vnni512 kernel multiplies it");
   TP_CHECK(reinterpret_cast<uintptr_t>(scratch) % 64 == 0, "[int8_matmul_forward] scratch must be 64-byte aligned");
   const int64_t M = in.dim(0), K = in.dim(1), be = dtype_block_elems(t);
   if (out.numel() == 0) return;
@@ -233,7 +238,9 @@ void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, co
   char* act = static_cast<char*>(scratch);
 #pragma omp parallel for schedule(static) if (M * K > (int64_t(1) << 16))
   for (int64_t m = 0; m < M; ++m) quantize_row_into(x + m * ldx, o.l, t, act + m * o.l.row_bytes);
-  if (packed) run_packed_vnni512(o, t);
+  // Row-packed K-quants have the AVX2 kernel only (on an AVX-512 CPU too).
+  if (packed && kernel == Int8Kernel::kVnni512 && !dtype_is_kquant(t)) run_packed_vnni512(o, t);
+  else if (packed) run_packed_avx2(o, t);
   else if (kernel == Int8Kernel::kVnni512) run_vnni512(o, t);
   else run_avx2(o, t);
 }

@@ -36,16 +36,18 @@ const char* int8_kernel_name(Int8Kernel k);
 // with f32 activations.)
 bool int8_matmul_usable(DType t);
 
-// Whether this CPU's best int8 kernel multiplies row-packed weights (int8_packed.h; AVX-512 with
-// VNNI): where it does, inference packs the 32-weight GGUF types at load.
-bool int8_packed_rows_preferred();
+// Whether inference keeps weights of GGUF type t row-packed (int8_packed.h) on this CPU: where a
+// row-packed kernel for t reads them faster than the GGUF layout's kernel (docs/BENCHMARKS.md
+// "Weights row-packed at load"): with AVX-512 VNNI the 32-weight types; with AVX2 alone those
+// and Q4_K, Q5_K.
+bool int8_packed_rows_preferred(DType t);
 
 // Bytes of scratch int8_matmul_forward needs for M input rows of K.
 int64_t int8_matmul_scratch_bytes(int64_t M, int64_t K, DType t);
 
 // out (M,N) f32 (any row stride) = q8(in) (M,K) x weight^T + bias. in: f32, unit column stride;
 // weight (N,K) block-quantized with whole blocks per row (rows may be strided: a column slice at
-// block boundaries), or row-packed (int8_packed.h; the vnni512 kernel only); bias (N) f32 or null. scratch: int8_matmul_scratch_bytes(M, K, t) bytes,
+// block boundaries), or row-packed (int8_packed.h); bias (N) f32 or null. scratch: int8_matmul_scratch_bytes(M, K, t) bytes,
 // 64-byte aligned. The CPU's best kernel, or the one named (which this CPU must run). Throws
 // when !int8_matmul_usable(weight.dtype()).
 void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,

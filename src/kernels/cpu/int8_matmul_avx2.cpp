@@ -19,10 +19,9 @@
 
 #include "core/half.h"
 #include "core/quant.h"
+#include "kernels/cpu/avx2_int8.h"
 #include "kernels/cpu/int8_matmul_driver.h"
 #include "kernels/cpu/unroll.h"
-
-#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace tensorpar::int8_detail {
 
@@ -32,16 +31,6 @@ namespace avx2 {
 
 // Q8_0 and IQ4_NL: codes kept signed (q itself), multiplied by the signed rule.
 constexpr bool signed_codes(DType t) { return legacy_offset(t) == 128; }
-
-// 4 products per int32 lane: unsigned codes (< 64) x signed activations.
-TP_AVX2 inline __m256i dot_u8s8(__m256i codes, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, x), _mm256_set1_epi16(1));
-}
-
-// 4 products per int32 lane: signed codes x signed activations.
-TP_AVX2 inline __m256i dot_s8s8(__m256i q, __m256i x) {
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(x, q)), _mm256_set1_epi16(1));
-}
 
 // sum (code - offset) * x per lane: corr holds -offset x the lane's activations.
 template <DType T>
@@ -55,17 +44,6 @@ TP_AVX2 inline __m256i nibbles32(const uint8_t* qs) {
   const __m128i mask = _mm_set1_epi8(0x0f);
   const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
-}
-
-// 0xff in byte j where bit j of the 32 little-endian bits at p is set.
-TP_AVX2 inline __m256i bytes_from_bits(const uint8_t* p) {
-  uint32_t bits;
-  std::memcpy(&bits, p, 4);
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int(bits)), _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2,
-                                                     2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
-  const __m256i select = _mm256_set1_epi64x(0x8040201008040201LL);
-  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
 }
 
 // q5's fifth bits (bit j of the little-endian qh: element j) added as 16.

@@ -13,7 +13,8 @@
 //   (the q4_1 / q5_1 offset term m's factor), and per block the sum of its codes (int32; the
 //   row-packed kernels' offset term).
 // - K-quants (super-blocks of 256): d (f32), corr lanes as above for Q6_K (codes q + 32), and the
-//   sums of each 32 codes (the Q4_K / Q5_K mins term).
+//   sums of each 32 codes (the Q4_K / Q5_K mins term), of each 16 codes (int32; the row-packed
+//   Q6_K kernel's offset term).
 // Unpacked weight rows (several groups of input rows pass one tile) have one layout for every
 // instruction set: per pair of legacy blocks 64 codes and 16 lane scales (128 bytes), per K-quant
 // super-block kKBlockBytes (codes, lane scales, mins, d, dmin).
@@ -25,8 +26,10 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/quant.h"
 #include "core/tensor.h"
+#include "kernels/cpu/int8_packed.h"
 
 namespace tensorpar::int8_detail {
 
@@ -54,7 +57,7 @@ inline int64_t legacy_unpacked_bytes(int64_t nb) { return (nb + 1) / 2 * 128; }
 struct ActLayout {
   int64_t k = 0, kp = 0, row_bytes = 0;
   int64_t off_a = 0, off_b = 0, off_c = 0;  // legacy: dx, corr, sx; K-quants: d, corr (Q6_K), sums32
-  int64_t off_d = 0;                         // legacy: the blocks' code sums
+  int64_t off_d = 0;                         // legacy: the blocks' code sums; K-quants: sums16
 };
 
 struct Operands {
@@ -73,7 +76,9 @@ struct Operands {
 void run_vnni512(const Operands& o, DType t);
 void run_avx2(const Operands& o, DType t);
 // The same for row-packed weights (int8_packed.h) of GGUF type t: o.w is the packed tensor.
+// AVX-512 VNNI: the 32-weight types; AVX2: every packable type.
 void run_packed_vnni512(const Operands& o, DType t);
+void run_packed_avx2(const Operands& o, DType t);
 
 // Per-thread scratch of a tile: the legacy offsets (m) and, when several groups of
 // input rows pass a tile, its rows unpacked once.
@@ -201,6 +206,60 @@ struct Driver {
       case DType::kQ5_K: run<DType::kQ5_K>(o); break;
       default: run<DType::kQ6_K>(o); break;
     }
+  }
+};
+
+// The loop of the row-packed kernels: groups of 8 weight rows spread statically over the threads
+// (each thread streams one contiguous stretch), kRows input rows at a time. K provides
+// kKQuants (whether it has K-quant kernels) and, for weight type T,
+//   group<T, R>(group, nb, act, layout, res): res[r * 8 + i] = input row r . weight row i of the
+//   group (r < R), the same instructions for every (weight row, input row) pair whatever the
+//   batch, so a row's result does not depend on the batch or the thread count.
+template <class K>
+struct PackedDriver {
+  template <DType T>
+  static void run(const Operands& o) {
+    const int64_t groups = (o.n + kPackedRows - 1) / kPackedRows, gb = int8_packed::group_bytes(T, o.nb);
+#pragma omp parallel for schedule(static) if (o.n * o.l.k * o.m > (int64_t(1) << 16))
+    for (int64_t g = 0; g < groups; ++g) {
+      const char* group = o.w + g * gb;
+      const int64_t n0 = g * kPackedRows, n1 = std::min(o.n, n0 + kPackedRows);
+      float res[kRows * kPackedRows];
+      for (int64_t m0 = 0; m0 < o.m; m0 += kRows) {
+        const int rows = int(std::min<int64_t>(kRows, o.m - m0));
+        const char* act = o.act + m0 * o.l.row_bytes;
+        switch (rows) {
+          case 4: K::template group<T, 4>(group, o.nb, act, o.l, res); break;
+          case 3: K::template group<T, 3>(group, o.nb, act, o.l, res); break;
+          case 2: K::template group<T, 2>(group, o.nb, act, o.l, res); break;
+          default: K::template group<T, 1>(group, o.nb, act, o.l, res); break;
+        }
+        for (int r = 0; r < rows; ++r)
+          for (int64_t n = n0; n < n1; ++n)
+            o.out[(m0 + r) * o.ldo + n] = res[r * kPackedRows + (n - n0)] + (o.bias ? o.bias[n] : 0.0f);
+      }
+    }
+  }
+
+  static void run_type(const Operands& o, DType t) {
+    switch (t) {
+      case DType::kQ4_0: run<DType::kQ4_0>(o); return;
+      case DType::kQ4_1: run<DType::kQ4_1>(o); return;
+      case DType::kQ5_0: run<DType::kQ5_0>(o); return;
+      case DType::kQ5_1: run<DType::kQ5_1>(o); return;
+      case DType::kQ8_0: run<DType::kQ8_0>(o); return;
+      case DType::kIQ4_NL: run<DType::kIQ4_NL>(o); return;
+      default: break;
+    }
+    if constexpr (K::kKQuants) {
+      switch (t) {
+        case DType::kQ4_K: run<DType::kQ4_K>(o); return;
+        case DType::kQ5_K: run<DType::kQ5_K>(o); return;
+        case DType::kQ6_K: run<DType::kQ6_K>(o); return;
+        default: break;
+      }
+    }
+    TP_CHECK(false, "[int8_matmul_forward] no row-packed kernel for ", dtype_name(t), " on this instruction set");
   }
 };
 

@@ -119,42 +119,16 @@ TP_VNNI void packed_group(const char* group, int64_t nb, const char* act, const 
   }
 }
 
-template <DType T>
-void run_packed(const Operands& o) {
-  const int64_t groups = (o.n + kPackedRows - 1) / kPackedRows, gb = group_bytes(T, o.nb);
-#pragma omp parallel for schedule(static) if (o.n * o.l.k * o.m > (int64_t(1) << 16))
-  for (int64_t g = 0; g < groups; ++g) {
-    const char* group = o.w + g * gb;
-    const int64_t n0 = g * kPackedRows, n1 = std::min(o.n, n0 + kPackedRows);
-    float res[kRows * kPackedRows];
-    for (int64_t m0 = 0; m0 < o.m; m0 += kRows) {
-      const int rows = int(std::min<int64_t>(kRows, o.m - m0));
-      const char* act = o.act + m0 * o.l.row_bytes;
-      switch (rows) {
-        case 4: packed_group<T, 4>(group, o.nb, act, o.l, res); break;
-        case 3: packed_group<T, 3>(group, o.nb, act, o.l, res); break;
-        case 2: packed_group<T, 2>(group, o.nb, act, o.l, res); break;
-        default: packed_group<T, 1>(group, o.nb, act, o.l, res); break;
-      }
-      for (int r = 0; r < rows; ++r)
-        for (int64_t n = n0; n < n1; ++n)
-          o.out[(m0 + r) * o.ldo + n] = res[r * kPackedRows + (n - n0)] + (o.bias ? o.bias[n] : 0.0f);
-    }
+struct Vnni512Packed {
+  static constexpr bool kKQuants = false;
+  template <DType T, int R>
+  static void group(const char* group, int64_t nb, const char* act, const ActLayout& l, float* res) {
+    packed_group<T, R>(group, nb, act, l, res);
   }
-}
+};
 
 }  // namespace
 
-void run_packed_vnni512(const Operands& o, DType t) {
-  switch (t) {
-    case DType::kQ4_0: run_packed<DType::kQ4_0>(o); break;
-    case DType::kQ4_1: run_packed<DType::kQ4_1>(o); break;
-    case DType::kQ5_0: run_packed<DType::kQ5_0>(o); break;
-    case DType::kQ5_1: run_packed<DType::kQ5_1>(o); break;
-    case DType::kQ8_0: run_packed<DType::kQ8_0>(o); break;
-    case DType::kIQ4_NL: run_packed<DType::kIQ4_NL>(o); break;
-    default: TP_CHECK(false, "[int8_matmul_forward] no row-packed kernel for ", dtype_name(t));
-  }
-}
+void run_packed_vnni512(const Operands& o, DType t) { PackedDriver<Vnni512Packed>::run_type(o, t); }
 
 }  // namespace tensorpar::int8_detail
