@@ -408,7 +408,7 @@ void run_quant_bench(const GemmBenchOptions& opt) {
         double tr, ti = 0, tp = 0, ti2 = 0;
         if (int8_matmul_usable(t)) std::tie(tr, ti) = paired_seconds_per_call(row, int8);
         else tr = seconds_per_call(row);
-        if (int8_packable(t)) {
+        if (int8_packable(t) && int8_matmul_usable(dtype_row_packed(t))) {
           // The row-packed layout (which inference keeps where int8_packed_rows_preferred says),
           // against the GGUF layout's kernel in one more interleaved pair.
           std::vector<Tensor> wp;
