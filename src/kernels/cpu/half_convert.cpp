@@ -37,6 +37,26 @@ __attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src
                         _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
+
+bool f16c_usable() {
+  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return has;
+}
+
+__attribute__((target("avx,f16c"))) void to_f32_f16c(float* dst, const f16* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+__attribute__((target("avx,f16c"))) void to_f16_f16c(f16* dst, const float* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
+}
 #endif
 
 // f32_to_bf16 (core/half.h) without its branch, so that the loop vectorizes: round to nearest
@@ -60,6 +80,7 @@ TP_VECTOR_CLONES void f32_to_bf16_n(bf16* dst, const float* src, int64_t n) {
 void f16_to_f32_n(float* dst, const f16* src, int64_t n) {
 #ifdef TP_HALF_AVX512
   if (avx512_usable()) return to_f32_avx512(dst, src, n);
+  if (f16c_usable()) return to_f32_f16c(dst, src, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
@@ -67,6 +88,7 @@ void f16_to_f32_n(float* dst, const f16* src, int64_t n) {
 void f32_to_f16_n(f16* dst, const float* src, int64_t n) {
 #ifdef TP_HALF_AVX512
   if (avx512_usable()) return to_f16_avx512(dst, src, n);
+  if (f16c_usable()) return to_f16_f16c(dst, src, n);
 #endif
   for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
