@@ -3,6 +3,7 @@
 #include <bit>
 
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC's AVX-512 conversion intrinsics start from _mm512_undefined_*, which it reports as
@@ -38,8 +39,10 @@ __attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
+// AVX2 with FMA and F16C, read from CPUID by the quantized kernels' check (clang's
+// __builtin_cpu_supports has no "f16c"); every AVX2 CPU has F16C.
 bool f16c_usable() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = quant_detail::cpu_has_avx2();
   return has;
 }
 
