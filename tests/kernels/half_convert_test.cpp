@@ -1,5 +1,5 @@
-// The array conversions (AVX-512 or F16C where the CPU has them) against core/half.h's scalar ones, the
-// reference: every f16 and bf16 bit pattern widened, and f32 values of every kind narrowed
+// The array conversions (AVX-512 or F16C where the CPU has them) against core/half.h's scalar
+// ones, the reference: every f16 and bf16 bit pattern widened, and f32 values of every kind narrowed
 // (normal, subnormal and overflowing ranges, exact ties), bit for bit; NaN stays NaN (bf16: the
 // scalar conversion's very bits).
 #include <bit>

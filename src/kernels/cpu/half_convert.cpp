@@ -19,6 +19,8 @@ namespace tensorpar {
 namespace {
 
 #ifdef TP_HALF_AVX512
+constexpr int kNearestNoExceptions = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
 bool avx512_usable() {
   static const bool has = __builtin_cpu_supports("avx512f");
   return has;
@@ -35,7 +37,7 @@ __attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                        _mm512_cvtps_ph(_mm512_loadu_ps(src + i), kNearestNoExceptions));
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 
@@ -57,7 +59,7 @@ __attribute__((target("avx,f16c"))) void to_f16_f16c(f16* dst, const float* src,
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kNearestNoExceptions));
   for (; i < n; ++i) dst[i] = f32_to_f16(src[i]);
 }
 #endif
