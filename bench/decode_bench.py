@@ -251,9 +251,11 @@ def engine_cmd(engine, a, name, prompt, n):
 
 
 # A fifth word names the kernel bf16 weights go through (TENSORPAR_BF16_KERNEL, the same build):
-# "rowwise" the AVX-512 row-wise kernel (f32 activations), "avx512bf16" the AVX512-BF16 dot kernel;
-# without one, the build's default for the CPU (AMX tiles, else AVX512-BF16 dots, else row-wise).
-# Rows whose kernel is the CPU's default anyway, or that the CPU lacks, are left out.
+# "rowwise" the row-wise kernel (f32 activations, lanes over K), "panels" the AVX2 panel kernel
+# (f32 activations, weights in K-major panels), "avx512bf16" the AVX512-BF16 dot kernel; without
+# one, the build's default for the CPU (AMX tiles, else AVX512-BF16 dots, else panels on AVX2
+# without AVX-512, else row-wise). Rows whose kernel is the CPU's default anyway, or that the CPU
+# lacks, are left out.
 ENGINES = ["tensorpar tp1 x2 hf", "tensorpar tp2 x1 hf", "tensorpar tp1 x2 gguf", "tensorpar tp2 x1 gguf",
            "tensorpar tp1 x2 hf rowwise", "tensorpar tp1 x2 hf avx512bf16", "llama.cpp", "pytorch"]
 
@@ -267,7 +269,9 @@ def default_bf16_kernel():
     flags = cpu_flags()
     if "amx_bf16" in flags:
         return "amx"
-    return "avx512bf16" if "avx512_bf16" in flags else "rowwise"
+    if "avx512_bf16" in flags:
+        return "avx512bf16"
+    return "panels" if {"avx2", "fma", "f16c"} <= flags and "avx512f" not in flags else "rowwise"
 
 
 def engine_kernel(engine):
@@ -280,7 +284,7 @@ def engine_runs_here(engine):
     if k is None:
         return True
     flags = cpu_flags()
-    usable = {"rowwise": "avx512f" in flags, "avx512bf16": "avx512_bf16" in flags}[k]
+    usable = {"rowwise": True, "panels": {"avx2", "fma", "f16c"} <= flags, "avx512bf16": "avx512_bf16" in flags}[k]
     return usable and k != default_bf16_kernel()
 
 

@@ -68,6 +68,8 @@ std::string_view dtype_name(DType t) {
       return "q5_kx8";
     case DType::kQ6_Kx8:
       return "q6_kx8";
+    case DType::kBF16x64:
+      return "bf16x64";
   }
   return "?";
 }

@@ -74,10 +74,9 @@ Tensor Tensor::allocate_tensor(const Shape& shape, DType dtype, bool* zeroed) {
              dtype_name(dtype), " tensor of shape ", shape_str(shape), " needs its last dim a multiple of ",
              dtype_block_elems(dtype));
   }
-  if (dtype_is_row_packed(dtype)) {
-    TP_CHECK(shape.size() == 2 && shape[0] % kPackedRows == 0, "[Tensor::empty] ", dtype_name(dtype),
-             " tensor of shape ", shape_str(shape), ": row-packed tensors are 2-D with whole groups of ",
-             kPackedRows, " rows");
+  if (const int64_t group = dtype_packed_rows(dtype)) {
+    TP_CHECK(shape.size() == 2 && shape[0] % group == 0, "[Tensor::empty] ", dtype_name(dtype), " tensor of shape ",
+             shape_str(shape), ": row-packed tensors are 2-D with whole groups of ", group, " rows");
   }
   t.storage_ = allocate(dtype_nbytes(dtype, t.numel_), zeroed);
   t.data_ = t.storage_.get();
@@ -147,11 +146,11 @@ Tensor Tensor::slice(int d, int64_t begin, int64_t end) const {
   if (d < 0) d += n;
   TP_CHECK(0 <= begin && begin <= end && end <= shape_[d], "[Tensor::slice] range [", begin, ", ",
            end, ") out of bounds for dim ", d, " of ", describe());
-  if (dtype_is_row_packed(dtype_)) {
+  if (const int64_t group = dtype_packed_rows(dtype_)) {
     // A group of rows is one interleaved unit: whole rows from a group's start (the last group
     // may be cut short, its padding rows never read).
-    TP_CHECK(d == 0 && begin % kPackedRows == 0, "[Tensor::slice] ", describe(), " is row-packed: only rows from a "
-             "multiple of ", kPackedRows, ", got dim ", d, " [", begin, ", ", end, ")");
+    TP_CHECK(d == 0 && begin % group == 0, "[Tensor::slice] ", describe(), " is row-packed: only rows from a "
+             "multiple of ", group, ", got dim ", d, " [", begin, ", ", end, ")");
   }
   if (dtype_is_blocked(dtype_) && d == n - 1) {
     const int64_t be = dtype_block_elems(dtype_);
@@ -238,8 +237,8 @@ static void store_f32(void* p, DType t, int64_t i, float v) {
 std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
-  TP_CHECK(!dtype_is_row_packed(dtype_), "[Tensor::to_vector] ", describe(),
-           " is row-packed for the int8 kernels (int8_unpack_rows gives its GGUF layout)");
+  TP_CHECK(!dtype_packed_rows(dtype_), "[Tensor::to_vector] ", describe(),
+           " is row-packed for an inference kernel (int8_unpack_rows / bf16_unpack_panels give its plain layout)");
   if (dtype_is_quantized(dtype_)) {
     const int64_t cols = shape_.back();
     const Shape outer(shape_.begin(), shape_.end() - 1), outer_st(strides_.begin(), strides_.end() - 1);

@@ -196,9 +196,11 @@ class CausalLM {
   virtual int64_t activation_bytes() const = 0;
   // Inference with block-quantized weights: activations rounded to 8 bits for the integer
   // kernel where the CPU has it (true, the default: llama.cpp's numerics, faster), or kept f32.
-  // Called with true it also arranges the weights as that kernel reads them fastest (row-packed,
-  // int8_packed.h, on AVX-512 VNNI), so inference calls it once after loading; training must
-  // not (the packed layout is for the int8 kernel only). A model without such weights ignores it.
+  // Called at all, it also arranges the weights as the inference kernels read them fastest
+  // (packed_weights.h: block-quantized ones row-packed for the int8 kernel when true, bf16 ones in
+  // K-major panels on AVX2 CPUs either way), so inference calls it once after loading; training
+  // must not (the packed layouts are for inference kernels only). A model without such weights
+  // ignores it.
   virtual void set_int8_activations(bool /*on*/) {}
   // Inference: the dtype pools made from now on store keys and values in: kF32 (default) or
   // kF16 (half the memory; scores computed as llama.cpp does, see paged_attention.h).

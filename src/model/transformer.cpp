@@ -204,7 +204,7 @@ void Transformer::embed(Tensor& x, const int64_t* ids, const int64_t* positions,
 
 void Transformer::set_int8_activations(bool on) {
   eng_.set_int8_activations(on);
-  // Each weight is packed where this CPU prefers its type packed (int8_packed_rows_preferred).
+  // Each weight is packed where this CPU prefers its type packed (packed_weights.h).
   // MoE experts keep the GGUF layout (their grouped matmul reads it). A tied head is the
   // embedding table, which looks its rows up through the packed layout.
   const bool packed = on;

@@ -103,8 +103,8 @@ class Transformer final : public CausalLM {
   void set_train_compute(const TrainCompute& compute) override;
   void set_backward_hook(std::function<void(int64_t part)> hook) override { backward_hook_ = std::move(hook); }
   int64_t activation_bytes() const override;
-  // Also keeps the dense layers' and an untied head's 32-weight GGUF matrices row-packed for the
-  // int8 kernel while on, where this CPU's kernel reads that layout (int8_packed.h).
+  // Also keeps the dense layers' and the head's matrices in the layout this CPU's inference
+  // kernels read (packed_weights.h: GGUF types row-packed while on, bf16 in panels).
   void set_int8_activations(bool on) override;
   void set_kv_dtype(DType dtype) override;
   std::vector<ParamShard> parameters() override;

@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/cpu/int8_packed.h"
+#include "kernels/cpu/packed_weights.h"
 #include "parallel/mappings.h"
 #include "parallel/rng.h"
 

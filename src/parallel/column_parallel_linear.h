@@ -64,9 +64,10 @@ class ColumnParallelLinear {
   Tensor& d_bias() { return d_bias_; }
   void zero_grad();
   int64_t weight_bytes() const;
-  // Inference on a CPU whose int8 kernel reads row-packed weights (int8_packed.h): on keeps
-  // each segment of a packable GGUF type in that layout, off puts it back in the GGUF layout
-  // (training and f32-activation inference read that one). Other types are left as they are.
+  // Inference: each segment in the layout this CPU's inference kernel reads (packed_weights.h):
+  // a packable GGUF type row-packed for the int8 kernel while on, back in its GGUF layout when off
+  // (f32-activation inference reads that one); bf16 in panels where this CPU prefers them. Other
+  // types are left as they are. Training must not call it.
   void set_row_packed(bool on);
 
   // Part i's rows of the weight / bias and of their gradients, as views that share storage

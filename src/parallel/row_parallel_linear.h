@@ -16,8 +16,8 @@
 
 #include "comm/communicator.h"
 #include "core/tensor.h"
-#include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_weights.h"
 #include "parallel/partition.h"
 #include "parallel/slice_loader.h"
 

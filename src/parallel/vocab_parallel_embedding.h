@@ -27,8 +27,9 @@ class VocabParallelEmbedding {
   // LM head multiplies by the same table).
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
-  // Inference: keeps a packable GGUF table row-packed (a tied LM head's layout for the int8
-  // kernel, int8_packed.h; rows are looked up through it) while on; off: its GGUF layout again.
+  // Inference: the table in the layout a tied LM head's kernel reads (packed_weights.h: a
+  // packable GGUF table row-packed while on, its GGUF layout again when off; a bf16 table in
+  // panels where this CPU prefers them); rows are looked up through that layout.
   void set_row_packed(bool on);
   // (vocab_local, C) f32, allocated and zeroed by the first backward; accumulates.
   Tensor& d_weight() { return d_weight_; }

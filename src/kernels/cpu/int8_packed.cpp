@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/quant.h"
-#include "kernels/cpu/int8_matmul.h"
 
 namespace tensorpar {
 
@@ -205,13 +204,6 @@ Tensor int8_unpack_rows(const Tensor& packed) {
   Tensor w = Tensor::empty({N, packed.dim(1)}, t);
 #pragma omp parallel for schedule(static) if (N * row_bytes > (int64_t(1) << 20))
   for (int64_t r = 0; r < N; ++r) int8_packed_row(packed, r, static_cast<char*>(w.raw()) + r * row_bytes);
-  return w;
-}
-
-Tensor row_packed_as(const Tensor& w, bool on) {
-  if (!w.defined()) return w;
-  if (on && int8_packed_rows_preferred(w.dtype())) return int8_pack_rows(w);
-  if (!on && dtype_is_row_packed(w.dtype())) return int8_unpack_rows(w);
   return w;
 }
 

@@ -85,8 +85,5 @@ Tensor int8_pack_rows(const Tensor& w);
 Tensor int8_unpack_rows(const Tensor& packed);
 // Row r of a row-packed tensor in its GGUF layout (dst: K / 32 blocks of the GGUF type).
 void int8_packed_row(const Tensor& packed, int64_t r, void* dst);
-// w row-packed (on, a type int8_packed_rows_preferred names for this CPU) or in its GGUF layout
-// (off, a packed one); else w itself.
-Tensor row_packed_as(const Tensor& w, bool on);
 
 }  // namespace tensorpar

@@ -18,8 +18,10 @@
 #include "core/error.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/quant_matmul.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/amx_matmul.h"
 #include "kernels/cpu/avx512bf16_matmul.h"
+#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/rowwise_matmul.h"
 
@@ -312,10 +314,11 @@ Tensor compute_weight(MatmulEngine& eng, const Tensor& weight, int slot) {
 }
 
 // The kernel row-invariant inference multiplies bf16 weights with: AMX tiles where the CPU has
-// them, else AVX512-BF16 dots, else the row-wise AVX-512 kernel (f32 activations).
-// TENSORPAR_BF16_KERNEL=amx|avx512bf16|rowwise picks one, to measure them against each other on
-// one machine (bench/decode_bench.py); one this CPU cannot run is an error. Read once.
-enum class Bf16Kernel { kAmx, kAvx512Bf16, kRowwise };
+// them, else AVX512-BF16 dots, else the panel kernel on AVX2 CPUs without AVX-512 (the weights
+// packed at load, bf16_panels.h), else the row-wise kernel (f32 activations).
+// TENSORPAR_BF16_KERNEL=amx|avx512bf16|panels|rowwise picks one, to measure them against each
+// other on one machine (bench/decode_bench.py); one this CPU cannot run is an error. Read once.
+enum class Bf16Kernel { kAmx, kAvx512Bf16, kPanels, kRowwise };
 
 Bf16Kernel bf16_kernel() {
   static const Bf16Kernel kernel = [] {
@@ -323,15 +326,19 @@ Bf16Kernel bf16_kernel() {
     const std::string asked = env ? env : "";
     if (asked.empty()) {
       if (amx_bf16_usable()) return Bf16Kernel::kAmx;
-      return avx512_bf16_usable() ? Bf16Kernel::kAvx512Bf16 : Bf16Kernel::kRowwise;
+      if (avx512_bf16_usable()) return Bf16Kernel::kAvx512Bf16;
+      return bf16_panels_usable() && !quant_detail::cpu_has_avx512() ? Bf16Kernel::kPanels : Bf16Kernel::kRowwise;
     }
     if (asked == "rowwise") return Bf16Kernel::kRowwise;
-    TP_CHECK(asked == "amx" || asked == "avx512bf16", "TENSORPAR_BF16_KERNEL=", asked,
-             ": expected amx, avx512bf16 or rowwise");
-    const bool amx = asked == "amx";
-    TP_CHECK(amx ? amx_bf16_usable() : avx512_bf16_usable(), "TENSORPAR_BF16_KERNEL=", asked,
-             ": this CPU (or its kernel) does not allow it");
-    return amx ? Bf16Kernel::kAmx : Bf16Kernel::kAvx512Bf16;
+    TP_CHECK(asked == "amx" || asked == "avx512bf16" || asked == "panels", "TENSORPAR_BF16_KERNEL=", asked,
+             ": expected amx, avx512bf16, panels or rowwise");
+    const Bf16Kernel k = asked == "amx" ? Bf16Kernel::kAmx : asked == "panels" ? Bf16Kernel::kPanels
+                                                                                : Bf16Kernel::kAvx512Bf16;
+    const bool usable = k == Bf16Kernel::kAmx ? amx_bf16_usable()
+                        : k == Bf16Kernel::kPanels ? bf16_panels_usable()
+                                                   : avx512_bf16_usable();
+    TP_CHECK(usable, "TENSORPAR_BF16_KERNEL=", asked, ": this CPU (or its kernel) does not allow it");
+    return k;
   }();
   return kernel;
 }
@@ -342,6 +349,8 @@ void check_weight(const Tensor& weight, int64_t K, const char* where) {
 }
 
 }  // namespace
+
+bool bf16_panels_preferred() { return bf16_kernel() == Bf16Kernel::kPanels; }
 
 void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tensor& weight,
                     const Tensor* bias) {
@@ -354,6 +363,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
   TP_CHECK(!dtype_is_row_packed(weight.dtype()) || (eng.row_invariant() && eng.int8_activations()),
            "[matmul_forward] weight ", weight.describe(), " is row-packed for inference's int8 kernel: it cannot be "
            "multiplied with f32 activations or in training");
+  TP_CHECK(weight.dtype() != DType::kBF16x64 || eng.row_invariant(), "[matmul_forward] weight ", weight.describe(),
+           " is in bf16 panels for inference's kernel: it cannot be multiplied in training");
   if (eng.row_invariant()) {
     const Tensor a = converted(eng, in2, DType::kF32, 0);
     // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
@@ -365,6 +376,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
     else if (eng.int8_activations() && (dtype_is_quantized(weight.dtype()) || dtype_is_row_packed(weight.dtype())) &&
              int8_matmul_usable(weight.dtype()))
       int8_matmul_forward(out2, a, weight, bias, eng.scratch(4, int8_matmul_scratch_bytes(a.dim(0), a.dim(1), weight.dtype())));
+    else if (weight.dtype() == DType::kBF16x64)
+      bf16_panels_matmul_forward(out2, a, weight, bias);
     else if (bf16 && bf16_kernel() == Bf16Kernel::kAvx512Bf16)
       avx512bf16_matmul_forward(out2, a, weight, bias,
                                 eng.scratch(4, avx512bf16_scratch_bytes(a.dim(0), a.dim(1))));
@@ -389,7 +402,7 @@ void matmul_backward(MatmulEngine& eng, Tensor* d_in, Tensor* d_weight, Tensor* 
   TP_CHECK(dy.dim(0) == x.dim(0) && dy.dim(1) == weight.dim(0), "[matmul_backward] d_out: got ",
            d_out.describe(), " for in ", in.describe(), " and weight ", weight.describe(),
            ", expected (..,", weight.dim(0), ") with the rows of in");
-  TP_CHECK(!dtype_is_row_packed(weight.dtype()), "[matmul_backward] weight ", weight.describe(),
+  TP_CHECK(!dtype_packed_rows(weight.dtype()), "[matmul_backward] weight ", weight.describe(),
            " is row-packed for inference: no backward through it");
   const bool quantized = dtype_is_quantized(weight.dtype());
   TP_CHECK(!quantized || (!d_weight && !d_bias), "[matmul_backward] weight ", weight.describe(),
