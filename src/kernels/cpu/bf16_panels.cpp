@@ -101,6 +101,7 @@ struct Operands {
   const float* x;
   int64_t ldx;
   const uint16_t* w;
+  const uint16_t* w_end;  // the last group's end
   const float* bias;
   float* out;
   int64_t ldo;
@@ -117,9 +118,9 @@ TP_AVX2 void run_item(const Operands& o, int64_t g, int64_t m0, int64_t m1) {
     const uint16_t* w = wg + k0 * kP;
     const bool first = k0 == 0;
     // The next pass (past the group's end: the next group's start, which this thread's next item
-    // usually is; prefetches never fault).
+    // usually is), within the weights.
     const char* next = reinterpret_cast<const char*>(w + kn * kP);
-    Prefetch pf{next, next + kKBlock * kP * int64_t(sizeof(uint16_t))};
+    Prefetch pf{next, next + std::min(kKBlock * kP, o.w_end - (w + kn * kP)) * int64_t(sizeof(uint16_t))};
     int64_t m = m0;
     for (; m + 6 <= m1; m += 6)
       panel_rows<6>(w, o.x + m * o.ldx + k0, o.ldx, acc + (m - m0) * kP, kn, first, pf);
@@ -223,8 +224,9 @@ void bf16_panels_matmul_forward(Tensor& out, const Tensor& in, const Tensor& wei
   check_operands(out, in, weight, bias, DType::kBF16x64, where);
   check_packed(weight, where);
   TP_CHECK(bf16_panels_usable(), "[", where, "] this CPU lacks AVX2, FMA or F16C");
-  const Operands o{in.data<float>(), in.strides()[0], bits(weight), bias ? bias->data<float>() : nullptr,
-                   out.data<float>(), out.strides()[0], in.dim(0), weight.dim(0), in.dim(1)};
+  const int64_t M = in.dim(0), N = weight.dim(0), K = in.dim(1);
+  const Operands o{in.data<float>(), in.strides()[0], bits(weight), bits(weight) + (N + kP - 1) / kP * kP * K,
+                   bias ? bias->data<float>() : nullptr, out.data<float>(), out.strides()[0], M, N, K};
   if (o.M == 0 || o.N == 0) return;
   if (o.K == 0) {  // no products: every chain is its starting +0
     for (int64_t m = 0; m < o.M; ++m)
