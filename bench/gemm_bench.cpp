@@ -26,7 +26,7 @@
 #include "core/threading.h"
 #include "kernels/cpu/amx_matmul.h"
 #include "kernels/cpu/avx512bf16_matmul.h"
-#include "kernels/cpu/bf16_panels.h"
+#include "kernels/cpu/panel_matmul.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/matmul.h"
@@ -299,12 +299,12 @@ const char* rowwise_isa() {
 // --inference: the batch-invariant kernels inference multiplies bf16 weights with, side by side on
 // the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the row-wise kernel
 // (AVX-512 or AVX2, f32 activations), the panel kernel (AVX2, f32 activations, the weights in
-// K-major panels: bf16_panels.h), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16
+// K-major panels: panel_matmul.h), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16
 // activations) where the CPU has them. Weight GB/s (weight bytes / time: what decode is bound by)
 // and GFLOP/s.
 void run_inference_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
-  const bool panels = bf16_panels_usable(), amx = amx_bf16_usable(), dot = avx512_bf16_usable();
+  const bool panels = panels_usable(), amx = amx_bf16_usable(), dot = avx512_bf16_usable();
   const auto has = [](bool on, const char* what) { return on ? what : "not on this CPU"; };
   std::printf("inference bf16 weights, %d thread(s): rowwise (%s, f32 activations), panels (%s), avx512bf16 (%s), "
               "amx (%s); GB/s of weights and GFLOP/s, medians of 7 samples\n",
@@ -326,13 +326,13 @@ void run_inference_bench(const GemmBenchOptions& opt) {
       const std::vector<Tensor> ws = copies_of(w, weight_copies(M, w.nbytes()));
       std::vector<Tensor> packed;
       if (panels)
-        for (const Tensor& c : ws) packed.push_back(bf16_pack_panels(c));
+        for (const Tensor& c : ws) packed.push_back(pack_panels(c));
       const std::shared_ptr<void> scratch =
           aligned_alloc_shared(std::max(amx_bf16_scratch_bytes(M, K), avx512bf16_scratch_bytes(M, K)));
       size_t i = 0;
       auto row_s = [&] { return seconds_per_call([&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); }); };
       auto panel_s = [&] {
-        return seconds_per_call([&] { bf16_panels_matmul_forward(out, in, packed[i++ % packed.size()], nullptr); });
+        return seconds_per_call([&] { panel_matmul_forward(out, in, packed[i++ % packed.size()], nullptr); });
       };
       auto dot_s = [&] {
         return seconds_per_call(

@@ -70,6 +70,8 @@ std::string_view dtype_name(DType t) {
       return "q6_kx8";
     case DType::kBF16x64:
       return "bf16x64";
+    case DType::kF16x64:
+      return "f16x64";
   }
   return "?";
 }

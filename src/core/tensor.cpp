@@ -238,7 +238,7 @@ std::vector<float> Tensor::to_vector() const {
   std::vector<float> out(static_cast<size_t>(numel_));
   if (numel_ == 0) return out;
   TP_CHECK(!dtype_packed_rows(dtype_), "[Tensor::to_vector] ", describe(),
-           " is row-packed for an inference kernel (int8_unpack_rows / bf16_unpack_panels give its plain layout)");
+           " is row-packed for an inference kernel (int8_unpack_rows / unpack_panels give its plain layout)");
   if (dtype_is_quantized(dtype_)) {
     const int64_t cols = shape_.back();
     const Shape outer(shape_.begin(), shape_.end() - 1), outer_st(strides_.begin(), strides_.end() - 1);

@@ -104,7 +104,7 @@ class Transformer final : public CausalLM {
   void set_backward_hook(std::function<void(int64_t part)> hook) override { backward_hook_ = std::move(hook); }
   int64_t activation_bytes() const override;
   // Also keeps the dense layers' and the head's matrices in the layout this CPU's inference
-  // kernels read (packed_weights.h: GGUF types row-packed while on, bf16 in panels).
+  // kernels read (packed_weights.h: GGUF types row-packed while on, bf16/f16 in panels).
   void set_int8_activations(bool on) override;
   void set_kv_dtype(DType dtype) override;
   std::vector<ParamShard> parameters() override;

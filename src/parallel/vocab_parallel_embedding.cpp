@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
-#include "kernels/cpu/bf16_panels.h"
+#include "kernels/cpu/panel_matmul.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/packed_weights.h"
@@ -88,8 +88,8 @@ void VocabParallelEmbedding::forward(Tensor& out, const int64_t* ids, int64_t n,
         continue;
       }
       const uint8_t* row = base + (ids[i] - range_.begin) * row_bytes;
-      if (dt == DType::kBF16x64)
-        bf16_panel_row_f32(weight_, ids[i] - range_.begin, o);
+      if (dtype_is_panels(dt))
+        panel_row_f32(weight_, ids[i] - range_.begin, o);
       else if (dt == DType::kBF16)
         for (int64_t j = 0; j < dim_; ++j) o[j] = bf16_to_f32(reinterpret_cast<const bf16*>(row)[j]);
       else if (dt == DType::kF16)

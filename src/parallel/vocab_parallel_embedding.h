@@ -28,7 +28,7 @@ class VocabParallelEmbedding {
   Tensor& weight() { return weight_; }
   const Tensor& weight() const { return weight_; }
   // Inference: the table in the layout a tied LM head's kernel reads (packed_weights.h: a
-  // packable GGUF table row-packed while on, its GGUF layout again when off; a bf16 table in
+  // packable GGUF table row-packed while on, its GGUF layout again when off; a bf16/f16 table in
   // panels where this CPU prefers them); rows are looked up through that layout.
   void set_row_packed(bool on);
   // (vocab_local, C) f32, allocated and zeroed by the first backward; accumulates.

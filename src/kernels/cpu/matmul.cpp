@@ -21,7 +21,7 @@
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/amx_matmul.h"
 #include "kernels/cpu/avx512bf16_matmul.h"
-#include "kernels/cpu/bf16_panels.h"
+#include "kernels/cpu/panel_matmul.h"
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/rowwise_matmul.h"
 
@@ -315,9 +315,10 @@ Tensor compute_weight(MatmulEngine& eng, const Tensor& weight, int slot) {
 
 // The kernel row-invariant inference multiplies bf16 weights with: AMX tiles where the CPU has
 // them, else AVX512-BF16 dots, else the panel kernel on AVX2 CPUs without AVX-512 (the weights
-// packed at load, bf16_panels.h), else the row-wise kernel (f32 activations).
+// packed at load, panel_matmul.h; f16 weights too), else the row-wise kernel (f32 activations).
 // TENSORPAR_BF16_KERNEL=amx|avx512bf16|panels|rowwise picks one, to measure them against each
-// other on one machine (bench/decode_bench.py); one this CPU cannot run is an error. Read once.
+// other on one machine (bench/decode_bench.py; panels and rowwise decide for f16 weights too);
+// one this CPU cannot run is an error. Read once.
 enum class Bf16Kernel { kAmx, kAvx512Bf16, kPanels, kRowwise };
 
 Bf16Kernel bf16_kernel() {
@@ -327,7 +328,7 @@ Bf16Kernel bf16_kernel() {
     if (asked.empty()) {
       if (amx_bf16_usable()) return Bf16Kernel::kAmx;
       if (avx512_bf16_usable()) return Bf16Kernel::kAvx512Bf16;
-      return bf16_panels_usable() && !quant_detail::cpu_has_avx512() ? Bf16Kernel::kPanels : Bf16Kernel::kRowwise;
+      return panels_usable() && !quant_detail::cpu_has_avx512() ? Bf16Kernel::kPanels : Bf16Kernel::kRowwise;
     }
     if (asked == "rowwise") return Bf16Kernel::kRowwise;
     TP_CHECK(asked == "amx" || asked == "avx512bf16" || asked == "panels", "TENSORPAR_BF16_KERNEL=", asked,
@@ -335,7 +336,7 @@ Bf16Kernel bf16_kernel() {
     const Bf16Kernel k = asked == "amx" ? Bf16Kernel::kAmx : asked == "panels" ? Bf16Kernel::kPanels
                                                                                 : Bf16Kernel::kAvx512Bf16;
     const bool usable = k == Bf16Kernel::kAmx ? amx_bf16_usable()
-                        : k == Bf16Kernel::kPanels ? bf16_panels_usable()
+                        : k == Bf16Kernel::kPanels ? panels_usable()
                                                    : avx512_bf16_usable();
     TP_CHECK(usable, "TENSORPAR_BF16_KERNEL=", asked, ": this CPU (or its kernel) does not allow it");
     return k;
@@ -350,7 +351,7 @@ void check_weight(const Tensor& weight, int64_t K, const char* where) {
 
 }  // namespace
 
-bool bf16_panels_preferred() { return bf16_kernel() == Bf16Kernel::kPanels; }
+bool panels_preferred() { return bf16_kernel() == Bf16Kernel::kPanels; }
 
 void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tensor& weight,
                     const Tensor* bias) {
@@ -363,8 +364,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
   TP_CHECK(!dtype_is_row_packed(weight.dtype()) || (eng.row_invariant() && eng.int8_activations()),
            "[matmul_forward] weight ", weight.describe(), " is row-packed for inference's int8 kernel: it cannot be "
            "multiplied with f32 activations or in training");
-  TP_CHECK(weight.dtype() != DType::kBF16x64 || eng.row_invariant(), "[matmul_forward] weight ", weight.describe(),
-           " is in bf16 panels for inference's kernel: it cannot be multiplied in training");
+  TP_CHECK(!dtype_is_panels(weight.dtype()) || eng.row_invariant(), "[matmul_forward] weight ", weight.describe(),
+           " is in panels for inference's kernel: it cannot be multiplied in training");
   if (eng.row_invariant()) {
     const Tensor a = converted(eng, in2, DType::kF32, 0);
     // bf16 weights on AMX tiles, else with AVX512-BF16 dots, and block-quantized weights with
@@ -376,8 +377,8 @@ void matmul_forward(MatmulEngine& eng, Tensor& out, const Tensor& in, const Tens
     else if (eng.int8_activations() && (dtype_is_quantized(weight.dtype()) || dtype_is_row_packed(weight.dtype())) &&
              int8_matmul_usable(weight.dtype()))
       int8_matmul_forward(out2, a, weight, bias, eng.scratch(4, int8_matmul_scratch_bytes(a.dim(0), a.dim(1), weight.dtype())));
-    else if (weight.dtype() == DType::kBF16x64)
-      bf16_panels_matmul_forward(out2, a, weight, bias);
+    else if (dtype_is_panels(weight.dtype()))
+      panel_matmul_forward(out2, a, weight, bias);
     else if (bf16 && bf16_kernel() == Bf16Kernel::kAvx512Bf16)
       avx512bf16_matmul_forward(out2, a, weight, bias,
                                 eng.scratch(4, avx512bf16_scratch_bytes(a.dim(0), a.dim(1))));

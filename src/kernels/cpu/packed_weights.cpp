@@ -1,15 +1,17 @@
 #include "kernels/cpu/packed_weights.h"
 
-#include "kernels/cpu/bf16_panels.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "kernels/cpu/int8_packed.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/panel_matmul.h"
 
 namespace tensorpar {
 
 Tensor row_packed_as(const Tensor& w, bool int8_on) {
   if (!w.defined()) return w;
-  if (w.dtype() == DType::kBF16 && w.ndim() == 2 && bf16_panels_preferred()) return bf16_pack_panels(w);
+  if ((w.dtype() == DType::kBF16 || w.dtype() == DType::kF16) && w.ndim() == 2 &&
+      panels_preferred())
+    return pack_panels(w);
   if (int8_on && int8_packed_rows_preferred(w.dtype())) return int8_pack_rows(w);
   if (!int8_on && dtype_is_row_packed(w.dtype())) return int8_unpack_rows(w);
   return w;
