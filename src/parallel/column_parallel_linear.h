@@ -65,9 +65,9 @@ class ColumnParallelLinear {
   void zero_grad();
   int64_t weight_bytes() const;
   // Inference: each segment in the layout this CPU's inference kernel reads (packed_weights.h):
-  // a packable GGUF type row-packed for the int8 kernel while on, back in its GGUF layout when off
-  // (f32-activation inference reads that one); bf16/f16 in panels where this CPU prefers them. Other
-  // types are left as they are. Training must not call it.
+  // a packable GGUF type row-packed for the int8 kernel while on, back in its GGUF layout when
+  // off (f32-activation inference reads that one); bf16/f16 in panels where this CPU prefers
+  // them. Other types are left as they are. Training must not call it.
   void set_row_packed(bool on);
 
   // Part i's rows of the weight / bias and of their gradients, as views that share storage
