@@ -94,19 +94,24 @@ namespace tensorpar {
 namespace {
 
 // bf16 weights (f32 accumulation): logits within a stated tolerance of the f32 reference, the same
-// at every TP size to within rounding of the reduction order.
+// at every TP size to within rounding of the reduction order. Also with the weights in the layout
+// the inference commands keep them in (set_int8_activations: on an AVX2 CPU without AVX-512, K-major
+// panels, panel_matmul.h; elsewhere as loaded).
 TEST(FixtureGenerateBf16, LogitsWithinBf16Tolerance) {
   const std::string dir = testing::model_fixture("llama_gqa");
   const auto prompt = testing::read_numbers<int32_t>(dir + "/tokens.txt");
   const auto ref = testing::read_f32_file(dir + "/logits.bin");
   double ref_scale = 0;
   for (float x : ref) ref_scale = std::max(ref_scale, double(std::fabs(x)));
+  for (const bool inference_layout : {false, true})
   for (int n : {1, 2, 3}) {
+    SCOPED_TRACE(inference_layout ? "inference layout" : "as loaded");
     launch_ranks({.backend = Backend::kThreads, .n_ranks = n, .threads_per_rank = 1, .comm = CommOptions::from_env()},
                  [&](Communicator& tp) {
                    LoadOptions lo;
                    lo.float_weights = DType::kBF16;
                    auto model = load_model(dir, tp, lo);
+                   if (inference_layout) model->set_int8_activations(true);
                    const int64_t V = model->config().vocab_size;
                    std::vector<float> got;
                    perplexity(*model, prompt, int64_t(prompt.size()), [&](int64_t, const Tensor& l) {
