@@ -296,63 +296,74 @@ const char* rowwise_isa() {
   return quant_detail::cpu_has_avx512() ? "AVX-512" : quant_detail::cpu_has_avx2() ? "AVX2" : "portable";
 }
 
-// --inference: the batch-invariant kernels inference multiplies bf16 weights with, side by side on
-// the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the row-wise kernel
+// --inference: the batch-invariant kernels inference multiplies float weights with, side by side
+// on the 0.7B decode model's shapes (fused q/k/v, fused gate/up, down; tp 1): the row-wise kernel
 // (AVX-512 or AVX2, f32 activations), the panel kernel (AVX2, f32 activations, the weights in
-// K-major panels: panel_matmul.h), the AVX512-BF16 dot kernel and the AMX tile kernel (bf16
-// activations) where the CPU has them. Weight GB/s (weight bytes / time: what decode is bound by)
-// and GFLOP/s.
+// K-major panels: panel_matmul.h), and for bf16 weights the AVX512-BF16 dot kernel and the AMX
+// tile kernel (bf16 activations) where the CPU has them. Weight GB/s (weight bytes / time: what
+// decode is bound by) and GFLOP/s. Weights bf16 unless --types names f32 / bf16 / f16.
 void run_inference_bench(const GemmBenchOptions& opt) {
   apply_rank_threads(plan_rank_threads(0, 1, opt.threads));
-  const bool panels = panels_usable(), amx = amx_bf16_usable(), dot = avx512_bf16_usable();
+  std::vector<DType> types;
+  for (const std::string& name : opt.types) {
+    const DType t = dtype_from_name(name);
+    TP_CHECK(dtype_is_float(t), "[bench gemm --inference] --types ", name, ": expected f32, bf16 or f16");
+    types.push_back(t);
+  }
+  if (types.empty()) types = {DType::kBF16};
+  const bool panels = panels_usable();
   const auto has = [](bool on, const char* what) { return on ? what : "not on this CPU"; };
-  std::printf("inference bf16 weights, %d thread(s): rowwise (%s, f32 activations), panels (%s), avx512bf16 (%s), "
-              "amx (%s); GB/s of weights and GFLOP/s, medians of 7 samples\n",
-              current_num_threads(), rowwise_isa(), has(panels, "AVX2, f32 activations"),
-              has(dot, "bf16 activations"), has(amx, "bf16 activations"));
-  std::printf("%5s %6s %5s %14s %14s %14s %14s\n", "M", "N", "K", "rowwise GB|GF", "panels GB|GF", "bf16dot GB|GF",
-              "amx GB|GF");
   std::vector<NK> shapes = {{3072, 2048}, {11264, 2048}, {2048, 5632}};
   std::vector<int64_t> ms = {1, 4, 16, 64, 256, 840};
   if (!opt.rows.empty()) ms = opt.rows;
   if (opt.quick) shapes = {{1536, 576}}, ms = {1, 16};
   uint64_t seed = 500;
-  for (const int64_t M : ms)
-    for (const NK s : shapes) {
-      const int64_t N = s.n, K = s.k;
-      const Tensor in = Tensor::from_f32({M, K}, random_values(M * K, ++seed), DType::kF32);
-      const Tensor w = Tensor::from_f32({N, K}, random_values(N * K, ++seed), DType::kBF16);
-      Tensor out = Tensor::zeros({M, N}, DType::kF32);
-      const std::vector<Tensor> ws = copies_of(w, weight_copies(M, w.nbytes()));
-      std::vector<Tensor> packed;
-      if (panels)
-        for (const Tensor& c : ws) packed.push_back(pack_panels(c));
-      const std::shared_ptr<void> scratch =
-          aligned_alloc_shared(std::max(amx_bf16_scratch_bytes(M, K), avx512bf16_scratch_bytes(M, K)));
-      size_t i = 0;
-      auto row_s = [&] { return seconds_per_call([&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); }); };
-      auto panel_s = [&] {
-        return seconds_per_call([&] { panel_matmul_forward(out, in, packed[i++ % packed.size()], nullptr); });
-      };
-      auto dot_s = [&] {
-        return seconds_per_call(
-            [&] { avx512bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
-      };
-      auto amx_s = [&] {
-        return seconds_per_call([&] { amx_bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
-      };
-      const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
-      const double t[4] = {row_s(), panels ? panel_s() : 0.0, dot ? dot_s() : 0.0, amx ? amx_s() : 0.0};
-      std::printf("%5lld %6lld %5lld", (long long)M, (long long)N, (long long)K);
-      for (double x : t) {
-        if (x > 0)
-          std::printf(" %6.1f|%7.1f", gb / x, gf / x);
-        else
-          std::printf(" %14s", "-");
+  for (const DType t : types) {
+    const bool bf16 = t == DType::kBF16;
+    const bool amx = bf16 && amx_bf16_usable(), dot = bf16 && avx512_bf16_usable();
+    std::printf("inference %s weights, %d thread(s): rowwise (%s, f32 activations), panels (%s), avx512bf16 (%s), "
+                "amx (%s); GB/s of weights and GFLOP/s, medians of 7 samples\n",
+                std::string(dtype_name(t)).c_str(), current_num_threads(), rowwise_isa(),
+                has(panels, "AVX2, f32 activations"), has(dot, "bf16 activations"), has(amx, "bf16 activations"));
+    std::printf("%5s %6s %5s %14s %14s %14s %14s\n", "M", "N", "K", "rowwise GB|GF", "panels GB|GF", "bf16dot GB|GF",
+                "amx GB|GF");
+    for (const int64_t M : ms)
+      for (const NK s : shapes) {
+        const int64_t N = s.n, K = s.k;
+        const Tensor in = Tensor::from_f32({M, K}, random_values(M * K, ++seed), DType::kF32);
+        const Tensor w = Tensor::from_f32({N, K}, random_values(N * K, ++seed), t);
+        Tensor out = Tensor::zeros({M, N}, DType::kF32);
+        const std::vector<Tensor> ws = copies_of(w, weight_copies(M, w.nbytes()));
+        std::vector<Tensor> packed;
+        if (panels)
+          for (const Tensor& c : ws) packed.push_back(pack_panels(c));
+        const std::shared_ptr<void> scratch =
+            aligned_alloc_shared(std::max(amx_bf16_scratch_bytes(M, K), avx512bf16_scratch_bytes(M, K)));
+        size_t i = 0;
+        auto row_s = [&] { return seconds_per_call([&] { rowwise_matmul_forward(out, in, ws[i++ % ws.size()], nullptr); }); };
+        auto panel_s = [&] {
+          return seconds_per_call([&] { panel_matmul_forward(out, in, packed[i++ % packed.size()], nullptr); });
+        };
+        auto dot_s = [&] {
+          return seconds_per_call(
+              [&] { avx512bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
+        };
+        auto amx_s = [&] {
+          return seconds_per_call([&] { amx_bf16_matmul_forward(out, in, ws[i++ % ws.size()], nullptr, scratch.get()); });
+        };
+        const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
+        const double secs[4] = {row_s(), panels ? panel_s() : 0.0, dot ? dot_s() : 0.0, amx ? amx_s() : 0.0};
+        std::printf("%5lld %6lld %5lld", (long long)M, (long long)N, (long long)K);
+        for (double x : secs) {
+          if (x > 0)
+            std::printf(" %6.1f|%7.1f", gb / x, gf / x);
+          else
+            std::printf(" %14s", "-");
+        }
+        std::printf("\n");
+        std::fflush(stdout);
       }
-      std::printf("\n");
-      std::fflush(stdout);
-    }
+  }
 }
 
 // A block-quantized (N,K) weight for speed runs: legacy types quantized from random values; the
@@ -515,7 +526,7 @@ void add_gemm_bench(CLI::App& bench) {
   cmd->add_flag("--json", opt->json, "One JSON object per line");
   cmd->add_flag("--quick", opt->quick, "A few small shapes only (a smoke run)");
   cmd->add_flag("--inference", opt->inference,
-                "The batch-invariant inference kernels for bf16 weights instead: row-wise, panels (AVX2), AVX512-BF16, AMX");
+                "The batch-invariant inference kernels for float weights instead: row-wise, panels (AVX2), AVX512-BF16, AMX");
   cmd->add_option("--threads", opt->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_flag("--quant", opt->quant,
@@ -526,7 +537,8 @@ void add_gemm_bench(CLI::App& bench) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--types", opt->types,
-                  "With --quant: the weight types (comma-separated GGUF names; default q4_0,q4_1,q5_0,q8_0,q4_k,q6_k)")
+                  "With --quant: the weight types (comma-separated GGUF names; default q4_0,q4_1,q5_0,q8_0,q4_k,q6_k); "
+                  "with --inference: f32, bf16 or f16 (default bf16)")
       ->delimiter(',');
   cmd->callback([opt] {
     opt->quant ? run_quant_bench(*opt) : opt->inference ? run_inference_bench(*opt) : run_gemm_bench(*opt);

@@ -72,6 +72,8 @@ std::string_view dtype_name(DType t) {
       return "bf16x64";
     case DType::kF16x64:
       return "f16x64";
+    case DType::kF32x64:
+      return "f32x64";
   }
   return "?";
 }

@@ -43,11 +43,12 @@ enum class DType : uint8_t {
   kQ4_Kx8,
   kQ5_Kx8,
   kQ6_Kx8,
-  // 16-bit weights as the panel kernel keeps them after load (panel_matmul.h): each group of
+  // Float weights as the panel kernel keeps them after load (panel_matmul.h): each group of
   // kPanelRows = 64 output rows stored K-major, so one stream feeds 64 outputs. Only that
   // kernel (and the embedding lookup) reads them.
   kBF16x64,
   kF16x64,
+  kF32x64,
 };
 
 constexpr bool dtype_is_quantized(DType t) {
@@ -63,19 +64,26 @@ inline constexpr int64_t kPackedRows = 8;
 constexpr bool dtype_is_row_packed(DType t) {
   return t >= DType::kQ8_0x8 && t <= DType::kQ6_Kx8;
 }
-// The 16-bit types in K-major panels (panel_matmul.h).
-constexpr bool dtype_is_panels(DType t) { return t == DType::kBF16x64 || t == DType::kF16x64; }
+// The float types in K-major panels (panel_matmul.h).
+constexpr bool dtype_is_panels(DType t) {
+  return t == DType::kBF16x64 || t == DType::kF16x64 || t == DType::kF32x64;
+}
 // Output rows per group of a packed type: kPackedRows for the int8 kernels' types, kPanelRows
-// for bf16 panels, 0 for every layout that is not packed. A packed tensor is 2-D (N, K), slices
+// for panels, 0 for every layout that is not packed. A packed tensor is 2-D (N, K), slices
 // only along its rows at a group's start, and its storage holds whole groups.
 inline constexpr int64_t kPanelRows = 64;
 constexpr int64_t dtype_packed_rows(DType t) {
   return dtype_is_row_packed(t) ? kPackedRows : dtype_is_panels(t) ? kPanelRows : 0;
 }
 constexpr DType dtype_unpacked(DType t) {
-  if (dtype_is_panels(t)) return t == DType::kBF16x64 ? DType::kBF16 : DType::kF16;
+  if (dtype_is_panels(t))
+    return t == DType::kBF16x64 ? DType::kBF16 : t == DType::kF16x64 ? DType::kF16 : DType::kF32;
   if (t >= DType::kQ4_Kx8 && t <= DType::kQ6_Kx8) return DType(int(t) - int(DType::kQ4_Kx8) + int(DType::kQ4_K));
   return dtype_is_row_packed(t) ? DType(int(t) - int(DType::kQ8_0x8) + int(DType::kQ8_0)) : t;
+}
+// The panel form of f32, bf16 or f16 (t itself for any other type).
+constexpr DType dtype_panels(DType t) {
+  return t == DType::kBF16 ? DType::kBF16x64 : t == DType::kF16 ? DType::kF16x64 : t == DType::kF32 ? DType::kF32x64 : t;
 }
 // The packed form of a 32-weight GGUF type or of Q4_K, Q5_K, Q6_K (t itself for any other type).
 constexpr DType dtype_row_packed(DType t) {
@@ -94,7 +102,7 @@ constexpr bool dtype_is_blocked(DType t) { return dtype_block_elems(t) > 1; }
 // (34, 18, 20 for q8_0, q4_0, q4_1; 144 for q4_k, ...). Constant-folded in the kernels' loops.
 constexpr int64_t dtype_block_bytes(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
+    case DType::kF32: case DType::kI32: case DType::kF32x64: return 4;
     case DType::kBF16: case DType::kF16: case DType::kBF16x64: case DType::kF16x64: return 2;
     case DType::kI64: return 8;
     case DType::kU8: return 1;

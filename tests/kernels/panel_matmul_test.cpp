@@ -1,11 +1,12 @@
-// 16-bit weights (bf16, f16) in K-major panels (panel_matmul.h): the packing is exact and
+// Float weights (f32, bf16, f16) in K-major panels (panel_matmul.h): the packing is exact and
 // invertible, the kernel is bitwise its one-output-at-a-time oracle (a std::fma chain over k, then
 // + bias) for every row count, group remainder, K tail, bias and stride, and close to the
 // double-precision naive matmul; a row's result is the same alone, in any batch and on any thread
 // count; the inference dispatch runs it and training refuses the layout.
 //
 // Tolerance vs the naive double-precision reference: a K-term f32 chain of products of values in
-// [-1, 1]: 1e-6 * K + 1e-5 absolute (16-bit weights are widened exactly).
+// [-1, 1]: 1e-6 * K + 1e-5 absolute (16-bit weights are widened exactly, f32 ones used as they
+// are).
 #include "kernels/cpu/panel_matmul.h"
 
 #include <omp.h>
@@ -28,14 +29,14 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-std::vector<uint16_t> bits_of(const Tensor& t) {
+std::vector<uint8_t> bits_of(const Tensor& t) {
   const Tensor c = t.contiguous();
-  std::vector<uint16_t> out(size_t(c.numel()));
-  std::memcpy(out.data(), c.raw(), out.size() * sizeof(uint16_t));
+  std::vector<uint8_t> out(size_t(c.nbytes()));
+  std::memcpy(out.data(), c.raw(), out.size());
   return out;
 }
 
-constexpr DType kTypes[] = {DType::kBF16, DType::kF16};
+constexpr DType kTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
 
 #define SKIP_WITHOUT_KERNEL() \
   if (!panels_usable()) GTEST_SKIP() << "this CPU lacks AVX2, FMA or F16C"
@@ -53,7 +54,9 @@ TEST(PanelMatmul, PackingIsExactAndInvertible) {
         const Tensor wide = rng.uniform_tensor({N, K + 5}, t);
         const Tensor w = wide.slice(1, 2, K + 2);  // row stride K + 5
         const Tensor p = pack_panels(w);
-        EXPECT_EQ(p.dtype(), t == DType::kBF16 ? DType::kBF16x64 : DType::kF16x64);
+        EXPECT_EQ(p.dtype(), t == DType::kBF16   ? DType::kBF16x64
+                             : t == DType::kF16 ? DType::kF16x64
+                                                : DType::kF32x64);
         EXPECT_EQ(p.shape(), w.shape());
         const Tensor back = unpack_panels(p);
         EXPECT_EQ(back.dtype(), t);
@@ -74,10 +77,10 @@ TEST(PanelMatmul, BitwiseTheOracleAndCloseToNaive) {
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
   for (const DType t : kTypes)
     // M: each remainder of the 6-row block, one and several 96-row items; N: group remainders;
-    // K: the 128-value passes and their tails.
+    // K: the passes (128 values of k for 16-bit weights, 64 for f32) and their tails.
     for (const int64_t M : {1, 2, 3, 4, 5, 6, 7, 13, 97, 200})
       for (const int64_t N : {5, 64, 70, 130})
-        for (const int64_t K : {1, 17, 128, 129, 300}) {
+        for (const int64_t K : {1, 17, 64, 65, 128, 129, 300}) {
           if (M > 13 && (N < 70 || K == 1 || K == 17))
             continue;  // the large M cases where they matter
           SCOPED_TRACE(std::string(dtype_name(t)) + " M=" + std::to_string(M) +
@@ -175,7 +178,8 @@ TEST(PanelMatmul, RejectsBadOperands) {
   EXPECT_THROW(panel_matmul_forward(out69, x, p, nullptr), Error);  // N mismatch
   const Tensor bad_bias = Tensor::zeros({69}, DType::kF32);
   EXPECT_THROW(panel_matmul_forward(out, x, p, &bad_bias), Error);
-  EXPECT_THROW(pack_panels(Tensor::zeros({3, 8}, DType::kF32)), Error);
+  EXPECT_THROW(pack_panels(Tensor::zeros({3, 8}, DType::kI32)), Error);
+  EXPECT_THROW(pack_panels(Tensor::zeros({3, 32}, DType::kQ8_0)), Error);
   EXPECT_THROW(panel_matmul_reference(out, x, p, nullptr),
                Error);                     // the oracle takes the plain layout
   EXPECT_THROW(p.slice(0, 8, 70), Error);  // rows only from a group's start

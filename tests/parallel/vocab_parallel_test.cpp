@@ -91,13 +91,13 @@ TEST(VocabParallelEmbedding, RowPackedTableLooksUpTheSameRows) {
   }
 }
 
-// A bf16 or f16 table in panels for a tied head (panel_matmul.h) looks up the same rows, at tp
+// An f32, bf16 or f16 table in panels for a tied head (panel_matmul.h) looks up the same rows, at tp
 // 1..3 (shards of 130, 65/65, 44/43/43 rows: a group of 64 cut short), bit for bit; it stays in
 // panels whatever the int8 switch, and only where this CPU prefers them.
 TEST(VocabParallelEmbedding, PanelTableLooksUpTheSameRows) {
   Rng rng(32);
   const int64_t vocab = 130, c_dim = 24;
-  for (const DType t : {DType::kBF16, DType::kF16}) {
+  for (const DType t : {DType::kF32, DType::kBF16, DType::kF16}) {
     const Tensor table = rng.uniform_tensor({vocab, c_dim}, t);
     const std::vector<int64_t> ids = {0, 129, 63, 64, 65, 44, 43, 87, 1};
     for (int tp = 1; tp <= 3; ++tp)
@@ -107,7 +107,7 @@ TEST(VocabParallelEmbedding, PanelTableLooksUpTheSameRows) {
         emb.load(slice_of(table));
         Tensor want = nan_tensor({int64_t(ids.size()), c_dim}), got = nan_tensor({int64_t(ids.size()), c_dim});
         emb.forward(want, ids_tensor(ids), c);
-        const DType expected = panels_preferred() ? (t == DType::kBF16 ? DType::kBF16x64 : DType::kF16x64) : t;
+        const DType expected = panels_preferred() ? dtype_panels(t) : t;
         for (const bool on : {true, false}) {
           emb.set_row_packed(on);
           EXPECT_EQ(emb.weight().dtype(), expected);

@@ -9,7 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
-#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "kernels/cpu/target_isa.h"
+
 
 namespace tensorpar::int8_detail {
 

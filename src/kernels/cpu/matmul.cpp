@@ -315,9 +315,10 @@ Tensor compute_weight(MatmulEngine& eng, const Tensor& weight, int slot) {
 
 // The kernel row-invariant inference multiplies bf16 weights with: AMX tiles where the CPU has
 // them, else AVX512-BF16 dots, else the panel kernel on AVX2 CPUs without AVX-512 (the weights
-// packed at load, panel_matmul.h; f16 weights too), else the row-wise kernel (f32 activations).
-// TENSORPAR_BF16_KERNEL=amx|avx512bf16|panels|rowwise picks one, to measure them against each
-// other on one machine (bench/decode_bench.py; panels and rowwise decide for f16 weights too);
+// packed at load, panel_matmul.h; f32 and f16 weights too), else the row-wise kernel (f32
+// activations). TENSORPAR_BF16_KERNEL=amx|avx512bf16|panels|rowwise picks one, to measure them
+// against each other on one machine (bench/decode_bench.py; panels and rowwise decide for f32
+// and f16 weights too);
 // one this CPU cannot run is an error. Read once.
 enum class Bf16Kernel { kAmx, kAvx512Bf16, kPanels, kRowwise };
 

@@ -65,8 +65,9 @@ class MatmulEngine {
 void matmul(MatmulEngine& eng, Tensor& c, const Tensor& a, const Tensor& b, const Tensor* bias,
             float alpha = 1.0f, float beta = 0.0f);
 
-// Whether inference keeps bf16 and f16 weights in K-major panels (panel_matmul.h) on this CPU: an
-// AVX2 CPU without AVX-512, AMX or AVX512-BF16, or TENSORPAR_BF16_KERNEL=panels (see matmul.cpp).
+// Whether inference keeps f32, bf16 and f16 weights in K-major panels (panel_matmul.h) on this
+// CPU: an AVX2 CPU without AVX-512, AMX or AVX512-BF16, or TENSORPAR_BF16_KERNEL=panels (see
+// matmul.cpp).
 bool panels_preferred();
 
 // Whether oneDNN multiplies bf16 operands on this CPU (AVX-512 or AMX, or AVX2 with VNNI-2; not

@@ -9,8 +9,7 @@ namespace tensorpar {
 
 Tensor row_packed_as(const Tensor& w, bool int8_on) {
   if (!w.defined()) return w;
-  if ((w.dtype() == DType::kBF16 || w.dtype() == DType::kF16) && w.ndim() == 2 &&
-      panels_preferred())
+  if (dtype_panels(w.dtype()) != w.dtype() && w.ndim() == 2 && panels_preferred())
     return pack_panels(w);
   if (int8_on && int8_packed_rows_preferred(w.dtype())) return int8_pack_rows(w);
   if (!int8_on && dtype_is_row_packed(w.dtype())) return int8_unpack_rows(w);

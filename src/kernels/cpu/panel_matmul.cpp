@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/target_isa.h"
 #include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
@@ -20,77 +22,94 @@ namespace tensorpar {
 namespace {
 
 constexpr int64_t kP = kPanelRows;  // output rows per group (64)
-constexpr int64_t kQuarter = 16;    // rows one 256-bit load holds
-// k values per pass over a group: 128 x 128 bytes = 16 KB of weights stay in L1 while every input
-// row of the work item passes them.
-constexpr int64_t kKBlock = 128;
+constexpr int64_t kQuarter = 16;    // rows one quarter holds (one 256-bit load of 16-bit values)
+// Bytes of one group's weights a pass keeps in L1 while every input row of the work item passes
+// them: 128 values of k for 16-bit weights, 64 for f32.
+constexpr int64_t kPassBytes = 16 << 10;
 // Input rows per work item (a multiple of the 6-row register block): its accumulators (96 x 64
 // floats, 24 KB) live in a stack tile between the passes over K.
 constexpr int64_t kItemRows = 96;
 
+constexpr int64_t elem_bytes(DType t) { return dtype_block_bytes(t); }
+
 // Where row j (0..63) of a group sits among the 64 values of one k.
 constexpr int64_t panel_pos(DType t, int64_t j) {
-  if (t == DType::kF16 || t == DType::kF16x64) return j;
+  if (dtype_unpacked(t) != DType::kBF16) return j;
   const int64_t q = j / kQuarter, i = j % kQuarter;
   return q * kQuarter + (i % 8) * 2 + i / 8;
 }
 
-float widen(DType t, uint16_t v) {
-  return t == DType::kBF16 ? bf16_to_f32(bf16{v}) : f16_to_f32(f16{v});
+// Value i of a plain or panel-packed f32 / bf16 / f16 array, widened.
+float widen(DType t, const void* p, int64_t i) {
+  switch (dtype_unpacked(t)) {
+    case DType::kF32:
+      return static_cast<const float*>(p)[i];
+    case DType::kBF16:
+      return bf16_to_f32(static_cast<const bf16*>(p)[i]);
+    default:
+      return f16_to_f32(static_cast<const f16*>(p)[i]);
+  }
 }
 
-const uint16_t* bits(const Tensor& t) {
-  return static_cast<const uint16_t*>(t.raw());
-}
-
-#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
-
-// The next pass's weights, prefetched a cache line per k by whichever blocks run until all are
-// requested: a pass of one quarter reads every other line of the group, which the hardware
-// prefetcher follows poorly, and with few rows the memory would otherwise idle while the later
-// quarters and row blocks compute on lines already in L1.
+// The next pass's weights, prefetched while this pass computes: `per` cache lines at every
+// `every`-th k step of the pass's blocks, so that the requests spread over the whole pass (with
+// many rows, one line per step would request them all during the first blocks and leave the
+// memory idle after) and are all made by its end (with one row there are fewer steps than lines).
+// A pass of one quarter reads every other line of the group, which the hardware prefetcher
+// follows poorly.
 struct Prefetch {
   const char* next;
   const char* end;
+  int every, per;
+  int count;  // steps until the next request
+  void step() {
+    if (--count > 0) return;
+    count = every;
+    for (int i = 0; i < per && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
+  }
 };
 
 // One quarter's 16 weights of one k as two vectors of 8 floats, rows 0..7 and 8..15.
 template <DType T>
-TP_AVX2 inline void widen_quarter(const uint16_t* w, __m256i high, __m256& lo, __m256& hi) {
+TP_AVX2 inline void widen_quarter(const void* p, __m256i high, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kBF16) {
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m256i v = _mm256_loadu_si256(static_cast<const __m256i*>(p));
     lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
     hi = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+  } else if constexpr (T == DType::kF16) {
+    (void)high;
+    const auto* w = static_cast<const __m128i*>(p);
+    lo = _mm256_cvtph_ps(_mm_loadu_si128(w));
+    hi = _mm256_cvtph_ps(_mm_loadu_si128(w + 1));
   } else {
     (void)high;
-    lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-    hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8)));
+    const auto* w = static_cast<const float*>(p);
+    lo = _mm256_loadu_ps(w);
+    hi = _mm256_loadu_ps(w + 8);
   }
 }
 
 // R input rows x NQ quarters (16 rows each) of one group, over kn values of k. w: the group's
-// first quarter taken at this pass's first k (row stride kP values); x: the first input row at
-// this pass's first k; acc: the item's accumulator tile at the first row and quarter (row
-// stride kP), read back unless `first` (the chain starts at +0). Each accumulator lane is one
-// output's chain: one fma per k, in k order.
+// first quarter taken at this pass's first k (kP values a k); x: the first input row at this
+// pass's first k; acc: the item's accumulator tile at the first row and quarter (row stride kP),
+// read back unless `first` (the chain starts at +0). Each accumulator lane is one output's
+// chain: one fma per k, in k order.
 template <DType T, int NQ, int R>
-TP_AVX2 void panel_block(const uint16_t* w, const float* x, int64_t ldx, float* acc, int64_t kn,
+TP_AVX2 void panel_block(const char* w, const float* x, int64_t ldx, float* acc, int64_t kn,
                          bool first, Prefetch& pf) {
+  constexpr int64_t kE = elem_bytes(T);
   __m256 a[R][NQ][2];
   TP_UNROLL for (int r = 0; r < R; ++r) TP_UNROLL for (int q = 0; q < NQ; ++q)
       TP_UNROLL for (int h = 0; h < 2; ++h) a[r][q][h] =
           first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * kP + q * kQuarter + h * 8);
   const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
   for (int64_t k = 0; k < kn; ++k) {
-    if (pf.next < pf.end) {
-      _mm_prefetch(pf.next, _MM_HINT_T0);
-      pf.next += 64;
-    }
+    pf.step();
     // Quarter by quarter, so that only its two widened vectors are live beside the accumulators
     // (2 NQ R + 3 registers with the mask: at most 16).
     TP_UNROLL for (int q = 0; q < NQ; ++q) {
       __m256 lo, hi;  // rows 16 q + 0..7, 16 q + 8..15
-      widen_quarter<T>(w + k * kP + q * kQuarter, high, lo, hi);
+      widen_quarter<T>(w + (k * kP + q * kQuarter) * kE, high, lo, hi);
       TP_UNROLL for (int r = 0; r < R; ++r) {
         const __m256 xb = _mm256_broadcast_ss(x + r * ldx + k);
         a[r][q][0] = _mm256_fmadd_ps(lo, xb, a[r][q][0]);
@@ -103,25 +122,39 @@ TP_AVX2 void panel_block(const uint16_t* w, const float* x, int64_t ldx, float* 
           _mm256_storeu_ps(acc + r * kP + q * kQuarter + h * 8, a[r][q][h]);
 }
 
-// Every quarter of the group for R rows, in blocks of NQ quarters: 4 x 1 (8 accumulators hide
-// the fma latency for one row), 2 x 2, or one quarter for 4-6 rows (up to 12 accumulators). Three
-// rows run as two and one: 2 x 3 would need 17 registers (GCC keeps the 3 broadcasts for both
-// quarters, and spilled an accumulator to the stack: a store and reload in its chain every k).
+// Quarters per register block for R rows: 4 x 1 (8 accumulators hide the fma latency for one
+// row), 2 x 2, or one quarter for 4-6 rows (up to 12 accumulators).
+constexpr int quarters_per_block(int R) { return R == 1 ? 4 : R == 2 ? 2 : 1; }
+
+// Every quarter of the group for R rows, in blocks of quarters_per_block(R). Three rows run as
+// two and one: 2 x 3 would need 17 registers (GCC keeps the 3 broadcasts for both quarters, and
+// spilled an accumulator to the stack: a store and reload in its chain every k).
 template <DType T, int R>
-TP_AVX2 void panel_rows(const uint16_t* w, const float* x, int64_t ldx, float* acc, int64_t kn,
+TP_AVX2 void panel_rows(const char* w, const float* x, int64_t ldx, float* acc, int64_t kn,
                         bool first, Prefetch& pf) {
   static_assert(R != 3, "three rows run as two and one");
-  constexpr int NQ = R == 1 ? 4 : R == 2 ? 2 : 1;
+  constexpr int NQ = quarters_per_block(R);
   TP_UNROLL for (int q = 0; q < int(kP / kQuarter); q += NQ)
-      panel_block<T, NQ, R>(w + q * kQuarter, x, ldx, acc + q * kQuarter, kn, first, pf);
+      panel_block<T, NQ, R>(w + q * kQuarter * elem_bytes(T), x, ldx, acc + q * kQuarter, kn,
+                            first, pf);
+}
+
+// Register blocks a pass runs for `rows` input rows (6-row blocks, then the remainder).
+constexpr int64_t blocks_per_pass(int64_t rows) {
+  constexpr int64_t kQ = kP / kQuarter;
+  const int64_t rem = rows % 6;
+  const int64_t tail = rem == 0   ? 0
+                       : rem == 3 ? kQ / quarters_per_block(2) + kQ / quarters_per_block(1)
+                                  : kQ / quarters_per_block(int(rem));
+  return rows / 6 * kQ + tail;
 }
 
 struct Operands {
   const float* x;
   int64_t ldx;
-  const uint16_t* w;
-  const uint16_t* w_end;  // the last group's end
-  bool bf16;              // else f16
+  const char* w;
+  const char* w_end;  // the last group's end
+  DType t;            // the plain type of the weight's values
   const float* bias;
   float* out;
   int64_t ldo;
@@ -132,17 +165,21 @@ struct Operands {
 // item through each pass, then the item's outputs written with the bias added.
 template <DType T>
 TP_AVX2 void run_item(const Operands& o, int64_t g, int64_t m0, int64_t m1) {
+  constexpr int64_t kE = elem_bytes(T), kKBlock = kPassBytes / (kP * kE);
   alignas(32) float acc[kItemRows * kP];
-  const uint16_t* wg = o.w + g * kP * o.K;
+  const char* wg = o.w + g * kP * o.K * kE;
+  const int64_t steps_per_k = blocks_per_pass(m1 - m0);
   for (int64_t k0 = 0; k0 < o.K; k0 += kKBlock) {
     const int64_t kn = std::min(kKBlock, o.K - k0);
-    const uint16_t* w = wg + k0 * kP;
+    const char* w = wg + k0 * kP * kE;
     const bool first = k0 == 0;
     // The next pass (past the group's end: the next group's start, which this thread's next item
     // usually is), within the weights.
-    const char* next = reinterpret_cast<const char*>(w + kn * kP);
-    Prefetch pf{next,
-                next + std::min(kKBlock * kP, o.w_end - (w + kn * kP)) * int64_t(sizeof(uint16_t))};
+    const char* next = w + kn * kP * kE;
+    const char* end = next + std::min<int64_t>(kPassBytes, o.w_end - next);
+    const int64_t lines = (end - next + 63) / 64, steps = kn * steps_per_k;
+    Prefetch pf{next, end, int(std::max<int64_t>(1, steps / std::max<int64_t>(1, lines))),
+                int((lines + steps - 1) / steps), 1};
     int64_t m = m0;
     for (; m + 6 <= m1; m += 6)
       panel_rows<T, 6>(w, o.x + m * o.ldx + k0, o.ldx, acc + (m - m0) * kP, kn, first, pf);
@@ -184,10 +221,17 @@ TP_AVX2 void run_avx2(const Operands& o) {
   for (int64_t item = 0; item < groups * chunks; ++item) {
     const int64_t g = item / chunks, m0 = item % chunks * kItemRows;
     const int64_t m1 = std::min(o.M, m0 + kItemRows);
-    if (o.bf16)
-      run_item<DType::kBF16>(o, g, m0, m1);
-    else
-      run_item<DType::kF16>(o, g, m0, m1);
+    switch (o.t) {
+      case DType::kBF16:
+        run_item<DType::kBF16>(o, g, m0, m1);
+        break;
+      case DType::kF16:
+        run_item<DType::kF16>(o, g, m0, m1);
+        break;
+      default:
+        run_item<DType::kF32>(o, g, m0, m1);
+        break;
+    }
   }
 }
 
@@ -195,20 +239,23 @@ void check_packed(const Tensor& p, const char* where) {
   TP_CHECK(dtype_is_panels(p.dtype()) && p.ndim() == 2 && p.strides()[1] == 1 &&
                p.strides()[0] == p.dim(1),
            "[", where, "] got ", p.describe(),
-           ", expected a bf16x64 or f16x64 (panel-packed) tensor");
+           ", expected an f32x64, bf16x64 or f16x64 (panel-packed) tensor");
 }
 
-// packed: the weight in panels (else plain bf16 or f16, the oracle's).
+bool panel_source_type(DType t) {
+  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
+}
+
+// packed: the weight in panels (else plain f32, bf16 or f16, the oracle's).
 void check_operands(const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
                     bool packed, const char* where) {
   TP_CHECK(in.ndim() == 2 && in.dtype() == DType::kF32 && in.strides()[1] == 1, "[", where,
            "] in: got ", in.describe(), ", expected f32 (M,K) with unit column stride");
   const DType wt = weight.dtype();
-  TP_CHECK(weight.ndim() == 2 &&
-               (packed ? dtype_is_panels(wt) : wt == DType::kBF16 || wt == DType::kF16) &&
+  TP_CHECK(weight.ndim() == 2 && (packed ? dtype_is_panels(wt) : panel_source_type(wt)) &&
                weight.strides()[1] == 1 && weight.dim(1) == in.dim(1),
            "[", where, "] weight: got ", weight.describe(), ", expected ",
-           packed ? "bf16x64 or f16x64" : "bf16 or f16", " (N,", in.dim(1),
+           packed ? "f32x64, bf16x64 or f16x64" : "f32, bf16 or f16", " (N,", in.dim(1),
            ") with unit column stride");
   TP_CHECK(out.ndim() == 2 && out.dtype() == DType::kF32 && out.strides()[1] == 1 &&
                out.dim(0) == in.dim(0) && out.dim(1) == weight.dim(0),
@@ -220,6 +267,21 @@ void check_operands(const Tensor& out, const Tensor& in, const Tensor& weight, c
            weight.dim(0), "]");
 }
 
+const char* bytes(const Tensor& t) { return static_cast<const char*>(t.raw()); }
+
+// n values of e bytes (2 or 4) from src to dst, ss and ds values apart.
+template <typename V>
+void copy_values(char* dst, int64_t ds, const char* src, int64_t ss, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * ds * int64_t(sizeof(V)), src + i * ss * int64_t(sizeof(V)), sizeof(V));
+}
+void copy_strided(char* dst, int64_t ds, const char* src, int64_t ss, int64_t n, int64_t e) {
+  if (e == 4)
+    copy_values<uint32_t>(dst, ds, src, ss, n);
+  else
+    copy_values<uint16_t>(dst, ds, src, ss, n);
+}
+
 }  // namespace
 
 bool panels_usable() {
@@ -228,19 +290,19 @@ bool panels_usable() {
 
 Tensor pack_panels(const Tensor& w) {
   const DType t = w.dtype();
-  TP_CHECK((t == DType::kBF16 || t == DType::kF16) && w.ndim() == 2 && w.strides()[1] == 1,
-           "[pack_panels] got ", w.describe(),
-           ", expected a 2-D bf16 or f16 tensor with unit column stride");
+  TP_CHECK(panel_source_type(t) && w.ndim() == 2 && w.strides()[1] == 1, "[pack_panels] got ",
+           w.describe(), ", expected a 2-D f32, bf16 or f16 tensor with unit column stride");
   const int64_t N = w.dim(0), K = w.dim(1), ldw = w.strides()[0], groups = (N + kP - 1) / kP;
-  Tensor p = Tensor::zeros({groups * kP, K}, t == DType::kBF16 ? DType::kBF16x64 : DType::kF16x64);
-  const uint16_t* src = bits(w);
-  uint16_t* dst = static_cast<uint16_t*>(p.raw());
+  const int64_t e = elem_bytes(t);
+  Tensor p = Tensor::zeros({groups * kP, K}, dtype_panels(t));
+  const char* src = bytes(w);
+  char* dst = static_cast<char*>(p.raw());
 #pragma omp parallel for schedule(static) if (N * K > (int64_t(1) << 20))
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t j = 0; j < kP && g * kP + j < N; ++j) {
-      const uint16_t* row = src + (g * kP + j) * ldw;
-      uint16_t* col = dst + g * kP * K + panel_pos(t, j);
-      for (int64_t k = 0; k < K; ++k) col[k * kP] = row[k];
+      const char* row = src + (g * kP + j) * ldw * e;
+      char* col = dst + (g * kP * K + panel_pos(t, j)) * e;
+      copy_strided(col, kP, row, 1, K, e);
     }
   return p.slice(0, 0, N);
 }
@@ -249,13 +311,14 @@ Tensor unpack_panels(const Tensor& packed) {
   check_packed(packed, "unpack_panels");
   const int64_t N = packed.dim(0), K = packed.dim(1);
   const DType t = dtype_unpacked(packed.dtype());
+  const int64_t e = elem_bytes(t);
   Tensor w = Tensor::empty({N, K}, t);
-  const uint16_t* src = bits(packed);
-  uint16_t* dst = static_cast<uint16_t*>(w.raw());
+  const char* src = bytes(packed);
+  char* dst = static_cast<char*>(w.raw());
 #pragma omp parallel for schedule(static) if (N * K > (int64_t(1) << 20))
   for (int64_t r = 0; r < N; ++r) {
-    const uint16_t* col = src + r / kP * kP * K + panel_pos(t, r % kP);
-    for (int64_t k = 0; k < K; ++k) dst[r * K + k] = col[k * kP];
+    const char* col = src + (r / kP * kP * K + panel_pos(t, r % kP)) * e;
+    copy_strided(dst + r * K * e, 1, col, kP, K, e);
   }
   return w;
 }
@@ -264,9 +327,9 @@ void panel_row_f32(const Tensor& packed, int64_t r, float* dst) {
   check_packed(packed, "panel_row_f32");
   TP_CHECK(r >= 0 && r < packed.dim(0), "[panel_row_f32] row ", r, " of ", packed.describe());
   const int64_t K = packed.dim(1);
-  const DType t = dtype_unpacked(packed.dtype());
-  const uint16_t* col = bits(packed) + r / kP * kP * K + panel_pos(t, r % kP);
-  for (int64_t k = 0; k < K; ++k) dst[k] = widen(t, col[k * kP]);
+  const DType t = packed.dtype();
+  const int64_t col = r / kP * kP * K + panel_pos(t, r % kP);
+  for (int64_t k = 0; k < K; ++k) dst[k] = widen(t, packed.raw(), col + k * kP);
 }
 
 void panel_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias) {
@@ -275,11 +338,12 @@ void panel_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, c
   check_packed(weight, where);
   TP_CHECK(panels_usable(), "[", where, "] this CPU lacks AVX2, FMA or F16C");
   const int64_t M = in.dim(0), N = weight.dim(0), K = in.dim(1);
+  const DType t = dtype_unpacked(weight.dtype());
   const Operands o{in.data<float>(),
                    in.strides()[0],
-                   bits(weight),
-                   bits(weight) + (N + kP - 1) / kP * kP * K,
-                   weight.dtype() == DType::kBF16x64,
+                   bytes(weight),
+                   bytes(weight) + (N + kP - 1) / kP * kP * K * elem_bytes(t),
+                   t,
                    bias ? bias->data<float>() : nullptr,
                    out.data<float>(),
                    out.strides()[0],
@@ -300,13 +364,12 @@ void panel_matmul_reference(Tensor& out, const Tensor& in, const Tensor& weight,
   check_operands(out, in, weight, bias, false, "panel_matmul_reference");
   const int64_t M = in.dim(0), N = weight.dim(0), K = in.dim(1);
   const DType t = weight.dtype();
-  const uint16_t* w = bits(weight);
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       const float* x = in.data<float>() + m * in.strides()[0];
       float acc = 0.0f;
       for (int64_t k = 0; k < K; ++k)
-        acc = std::fma(widen(t, w[n * weight.strides()[0] + k]), x[k], acc);
+        acc = std::fma(widen(t, weight.raw(), n * weight.strides()[0] + k), x[k], acc);
       out.data<float>()[m * out.strides()[0] + n] = acc + (bias ? bias->data<float>()[n] : 0.0f);
     }
 }

@@ -14,8 +14,8 @@
 #include "core/quant.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/quant_unpack_avx512.h"
+#include "kernels/cpu/target_isa.h"
 
-#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace tensorpar::quant_detail {
 

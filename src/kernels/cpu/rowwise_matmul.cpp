@@ -21,6 +21,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/quant_unpack_avx512.h"
+#include "kernels/cpu/target_isa.h"
 #include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
@@ -274,7 +275,6 @@ TP_AVX512 void run_avx512(const Operands& o) {
 // ---- AVX2 with FMA and F16C: each dot's 16 lanes as two 8-lane halves, the fma sequence and the
 // reduction tree of dot_portable, so the results are bitwise the portable loop's ----
 
-#define TP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 constexpr int kWRows2 = 2;       // weight rows per register block (2 x 3 pairs x 2 halves: 12 accumulators)
 constexpr int kXRows2 = 3;       // input rows per register block
