@@ -51,22 +51,16 @@ float widen(DType t, const void* p, int64_t i) {
   }
 }
 
-// The next pass's weights, prefetched while this pass computes: `per` cache lines at every
-// `every`-th k step of the pass's blocks, so that the requests spread over the whole pass (with
-// many rows, one line per step would request them all during the first blocks and leave the
-// memory idle after) and are all made by its end (with one row there are fewer steps than lines).
-// A pass of one quarter reads every other line of the group, which the hardware prefetcher
-// follows poorly.
+// The next pass's weights, prefetched while this pass computes: each register block of the pass
+// requests its share of the lines (`per_block`), spread over its k steps, so that the requests
+// spread over the whole pass (with many rows, one line per step would request them all during
+// the first blocks and leave the memory idle after) and are all made by its end (with one row
+// there are fewer steps than lines). A pass of one quarter reads every other line of the group,
+// which the hardware prefetcher follows poorly.
 struct Prefetch {
   const char* next;
   const char* end;
-  int every, per;
-  int count;  // steps until the next request
-  void step() {
-    if (--count > 0) return;
-    count = every;
-    for (int i = 0; i < per && next < end; ++i, next += 64) _mm_prefetch(next, _MM_HINT_T0);
-  }
+  int64_t per_block;  // lines each block requests
 };
 
 // One quarter's 16 weights of one k as two vectors of 8 floats, rows 0..7 and 8..15.
@@ -103,8 +97,19 @@ TP_AVX2 void panel_block(const char* w, const float* x, int64_t ldx, float* acc,
       TP_UNROLL for (int h = 0; h < 2; ++h) a[r][q][h] =
           first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * kP + q * kQuarter + h * 8);
   const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
+  // This block's share of the prefetch: `per` lines every `every` steps, in registers.
+  const char* pn = pf.next;
+  const char* const pe = pf.end - pn > pf.per_block * 64 ? pn + pf.per_block * 64 : pf.end;
+  pf.next = pe;
+  const int64_t quota = (pe - pn + 63) / 64;
+  const int64_t every = quota > 0 ? std::max<int64_t>(1, kn / quota) : kn + 1;
+  const int64_t per = quota > 0 ? (quota + kn - 1) / kn : 0;
+  int64_t countdown = 1;
   for (int64_t k = 0; k < kn; ++k) {
-    pf.step();
+    if (--countdown == 0) {
+      countdown = every;
+      for (int64_t i = 0; i < per && pn < pe; ++i, pn += 64) _mm_prefetch(pn, _MM_HINT_T0);
+    }
     // Quarter by quarter, so that only its two widened vectors are live beside the accumulators
     // (2 NQ R + 3 registers with the mask: at most 16).
     TP_UNROLL for (int q = 0; q < NQ; ++q) {
@@ -168,7 +173,7 @@ TP_AVX2 void run_item(const Operands& o, int64_t g, int64_t m0, int64_t m1) {
   constexpr int64_t kE = elem_bytes(T), kKBlock = kPassBytes / (kP * kE);
   alignas(32) float acc[kItemRows * kP];
   const char* wg = o.w + g * kP * o.K * kE;
-  const int64_t steps_per_k = blocks_per_pass(m1 - m0);
+  const int64_t blocks = blocks_per_pass(m1 - m0);
   for (int64_t k0 = 0; k0 < o.K; k0 += kKBlock) {
     const int64_t kn = std::min(kKBlock, o.K - k0);
     const char* w = wg + k0 * kP * kE;
@@ -177,9 +182,8 @@ TP_AVX2 void run_item(const Operands& o, int64_t g, int64_t m0, int64_t m1) {
     // usually is), within the weights.
     const char* next = w + kn * kP * kE;
     const char* end = next + std::min<int64_t>(kPassBytes, o.w_end - next);
-    const int64_t lines = (end - next + 63) / 64, steps = kn * steps_per_k;
-    Prefetch pf{next, end, int(std::max<int64_t>(1, steps / std::max<int64_t>(1, lines))),
-                int((lines + steps - 1) / steps), 1};
+    const int64_t lines = (end - next + 63) / 64;
+    Prefetch pf{next, end, (lines + blocks - 1) / blocks};
     int64_t m = m0;
     for (; m + 6 <= m1; m += 6)
       panel_rows<T, 6>(w, o.x + m * o.ldx + k0, o.ldx, acc + (m - m0) * kP, kn, first, pf);
