@@ -54,9 +54,11 @@ float widen(DType t, const void* p, int64_t i) {
 // The next pass's weights, prefetched while this pass computes: each register block of the pass
 // requests its share of the lines (`per_block`), spread over its k steps, so that the requests
 // spread over the whole pass (with many rows, one line per step would request them all during
-// the first blocks and leave the memory idle after) and are all made by its end (with one row
-// there are fewer steps than lines). A pass of one quarter reads every other line of the group,
-// which the hardware prefetcher follows poorly.
+// the first blocks and leave the memory idle after). At most one line a step: with one or two
+// rows a block has fewer steps than its share, and requesting it all (two lines a step with one
+// row) made decode slower than leaving the rest to the hardware prefetcher, which follows the
+// contiguous stream of those blocks. A pass of one quarter (4 rows and more) reads every other
+// line of the group, which the hardware prefetcher follows poorly.
 struct Prefetch {
   const char* next;
   const char* end;
@@ -97,18 +99,20 @@ TP_AVX2 void panel_block(const char* w, const float* x, int64_t ldx, float* acc,
       TP_UNROLL for (int h = 0; h < 2; ++h) a[r][q][h] =
           first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + r * kP + q * kQuarter + h * 8);
   const __m256i high = _mm256_set1_epi32(int32_t(0xFFFF0000u));
-  // This block's share of the prefetch: `per` lines every `every` steps, in registers.
+  // This block's share of the prefetch: a line every `every` steps, in registers.
   const char* pn = pf.next;
-  const char* const pe = pf.end - pn > pf.per_block * 64 ? pn + pf.per_block * 64 : pf.end;
+  const int64_t quota = std::min(kn, std::min(pf.per_block, (pf.end - pn + 63) / 64));
+  const char* const pe = pn + quota * 64;
   pf.next = pe;
-  const int64_t quota = (pe - pn + 63) / 64;
-  const int64_t every = quota > 0 ? std::max<int64_t>(1, kn / quota) : kn + 1;
-  const int64_t per = quota > 0 ? (quota + kn - 1) / kn : 0;
+  const int64_t every = quota > 0 ? kn / quota : kn + 1;
   int64_t countdown = 1;
   for (int64_t k = 0; k < kn; ++k) {
     if (--countdown == 0) {
       countdown = every;
-      for (int64_t i = 0; i < per && pn < pe; ++i, pn += 64) _mm_prefetch(pn, _MM_HINT_T0);
+      if (pn < pe) {
+        _mm_prefetch(pn, _MM_HINT_T0);
+        pn += 64;
+      }
     }
     // Quarter by quarter, so that only its two widened vectors are live beside the accumulators
     // (2 NQ R + 3 registers with the mask: at most 16).
