@@ -83,7 +83,10 @@ constexpr DType dtype_unpacked(DType t) {
 }
 // The panel form of f32, bf16 or f16 (t itself for any other type).
 constexpr DType dtype_panels(DType t) {
-  return t == DType::kBF16 ? DType::kBF16x64 : t == DType::kF16 ? DType::kF16x64 : t == DType::kF32 ? DType::kF32x64 : t;
+  return t == DType::kBF16  ? DType::kBF16x64
+         : t == DType::kF16 ? DType::kF16x64
+         : t == DType::kF32 ? DType::kF32x64
+                            : t;
 }
 // The packed form of a 32-weight GGUF type or of Q4_K, Q5_K, Q6_K (t itself for any other type).
 constexpr DType dtype_row_packed(DType t) {

@@ -11,7 +11,6 @@
 
 #include "kernels/cpu/target_isa.h"
 
-
 namespace tensorpar::int8_detail {
 
 // 4 products per int32 lane: unsigned codes (< 64) x signed activations.

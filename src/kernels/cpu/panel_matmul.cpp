@@ -250,17 +250,13 @@ void check_packed(const Tensor& p, const char* where) {
            ", expected an f32x64, bf16x64 or f16x64 (panel-packed) tensor");
 }
 
-bool panel_source_type(DType t) {
-  return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16;
-}
-
 // packed: the weight in panels (else plain f32, bf16 or f16, the oracle's).
 void check_operands(const Tensor& out, const Tensor& in, const Tensor& weight, const Tensor* bias,
                     bool packed, const char* where) {
   TP_CHECK(in.ndim() == 2 && in.dtype() == DType::kF32 && in.strides()[1] == 1, "[", where,
            "] in: got ", in.describe(), ", expected f32 (M,K) with unit column stride");
   const DType wt = weight.dtype();
-  TP_CHECK(weight.ndim() == 2 && (packed ? dtype_is_panels(wt) : panel_source_type(wt)) &&
+  TP_CHECK(weight.ndim() == 2 && (packed ? dtype_is_panels(wt) : dtype_is_float(wt)) &&
                weight.strides()[1] == 1 && weight.dim(1) == in.dim(1),
            "[", where, "] weight: got ", weight.describe(), ", expected ",
            packed ? "f32x64, bf16x64 or f16x64" : "f32, bf16 or f16", " (N,", in.dim(1),
@@ -298,7 +294,7 @@ bool panels_usable() {
 
 Tensor pack_panels(const Tensor& w) {
   const DType t = w.dtype();
-  TP_CHECK(panel_source_type(t) && w.ndim() == 2 && w.strides()[1] == 1, "[pack_panels] got ",
+  TP_CHECK(dtype_is_float(t) && w.ndim() == 2 && w.strides()[1] == 1, "[pack_panels] got ",
            w.describe(), ", expected a 2-D f32, bf16 or f16 tensor with unit column stride");
   const int64_t N = w.dim(0), K = w.dim(1), ldw = w.strides()[0], groups = (N + kP - 1) / kP;
   const int64_t e = elem_bytes(t);

@@ -16,7 +16,6 @@
 #include "kernels/cpu/quant_unpack_avx512.h"
 #include "kernels/cpu/target_isa.h"
 
-
 namespace tensorpar::quant_detail {
 
 // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".

@@ -275,7 +275,6 @@ TP_AVX512 void run_avx512(const Operands& o) {
 // ---- AVX2 with FMA and F16C: each dot's 16 lanes as two 8-lane halves, the fma sequence and the
 // reduction tree of dot_portable, so the results are bitwise the portable loop's ----
 
-
 constexpr int kWRows2 = 2;       // weight rows per register block (2 x 3 pairs x 2 halves: 12 accumulators)
 constexpr int kXRows2 = 3;       // input rows per register block
 constexpr int64_t kWTile2 = 32;  // weight rows every input row passes before the next ones (L2)
