@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/parallel_if.h"
 
 namespace tensorpar {
 namespace {
@@ -27,8 +28,10 @@ template <typename F>
 void for_chunks(const char* where, int64_t N, F f) {
   TP_CHECK(N >= 0, "[", where, "] size: got N=", N, ", expected >= 0");
   const int64_t n_chunks = (N + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (N > kMinParallelWork)
-  for (int64_t c = 0; c < n_chunks; ++c) f(c * kChunk, std::min(N, (c + 1) * kChunk) - c * kChunk);
+  parallel_if(N > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < n_chunks; ++c) f(c * kChunk, std::min(N, (c + 1) * kChunk) - c * kChunk);
+  });
 }
 
 // gelu_tanh(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
@@ -136,18 +139,22 @@ void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float
 void swiglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
   TP_CHECK(rows >= 0 && F >= 0, "[swiglu_rows_forward] sizes: got rows=", rows, " F=", F);
   if (rows == 1) return swiglu_forward(out, gate_up, gate_up + F, F);
-#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) swiglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+  parallel_if(rows * F > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) swiglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+  });
 }
 
 void swiglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows, int64_t F) {
   TP_CHECK(rows >= 0 && F >= 0, "[swiglu_rows_backward] sizes: got rows=", rows, " F=", F);
-#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* d = d_gate_up + r * 2 * F;
-    const float* g = gate_up + r * 2 * F;
-    swiglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
-  }
+  parallel_if(rows * F > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = d_gate_up + r * 2 * F;
+      const float* g = gate_up + r * 2 * F;
+      swiglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
+    }
+  });
 }
 
 namespace {
@@ -176,18 +183,22 @@ TP_VECTOR_CLONES void geglu_bwd(float* d_gate, float* d_up, const float* d_out, 
 
 void geglu_rows_forward(float* out, const float* gate_up, int64_t rows, int64_t F) {
   TP_CHECK(rows >= 0 && F >= 0, "[geglu_rows_forward] sizes: got rows=", rows, " F=", F);
-#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) geglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+  parallel_if(rows * F > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) geglu_fwd(out + r * F, gate_up + r * 2 * F, gate_up + r * 2 * F + F, F);
+  });
 }
 
 void geglu_rows_backward(float* d_gate_up, const float* d_out, const float* gate_up, int64_t rows, int64_t F) {
   TP_CHECK(rows >= 0 && F >= 0, "[geglu_rows_backward] sizes: got rows=", rows, " F=", F);
-#pragma omp parallel for schedule(static) if (rows * F > kMinParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    float* d = d_gate_up + r * 2 * F;
-    const float* g = gate_up + r * 2 * F;
-    geglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
-  }
+  parallel_if(rows * F > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = d_gate_up + r * 2 * F;
+      const float* g = gate_up + r * 2 * F;
+      geglu_bwd(d, d + F, d_out + r * F, g, g + F, F);
+    }
+  });
 }
 
 }  // namespace tensorpar

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/parallel_if.h"
 
 namespace tensorpar {
 namespace {
@@ -33,15 +34,17 @@ void embedding_forward_masked(float* out, const int64_t* ids, const float* table
                               int64_t v_begin, int64_t v_end, int64_t C) {
   check_sizes("embedding_forward_masked", N, v_begin, v_end, C);
   check_ids_nonnegative("embedding_forward_masked", ids, N);
-#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
-  for (int64_t n = 0; n < N; ++n) {
-    float* o = out + n * C;  // (C)
-    const int64_t id = ids[n];
-    if (id >= v_begin && id < v_end)
-      std::memcpy(o, table_local + (id - v_begin) * C, static_cast<size_t>(C) * sizeof(float));
-    else
-      std::fill(o, o + C, 0.0f);
-  }
+  parallel_if(N * C > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* o = out + n * C;  // (C)
+      const int64_t id = ids[n];
+      if (id >= v_begin && id < v_end)
+        std::memcpy(o, table_local + (id - v_begin) * C, static_cast<size_t>(C) * sizeof(float));
+      else
+        std::fill(o, o + C, 0.0f);
+    }
+  });
 }
 
 void embedding_backward_masked(float* d_table_local, const float* d_out, const int64_t* ids,
@@ -52,17 +55,19 @@ void embedding_backward_masked(float* d_table_local, const float* d_out, const i
   // every element is summed in row order whatever the thread count.
   constexpr int64_t kBlock = 64;
   const int64_t n_blocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (N * C > kMinParallelWork)
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t id = ids[n];
-      if (id < v_begin || id >= v_end) continue;
-      float* dt = d_table_local + (id - v_begin) * C;
-      const float* dout = d_out + n * C;
-      for (int64_t c = c0; c < c1; ++c) dt[c] += dout[c];
+  parallel_if(N * C > kMinParallelWork, [&] {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const int64_t c0 = b * kBlock, c1 = std::min(C, c0 + kBlock);
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t id = ids[n];
+        if (id < v_begin || id >= v_end) continue;
+        float* dt = d_table_local + (id - v_begin) * C;
+        const float* dout = d_out + n * C;
+        for (int64_t c = c0; c < c1; ++c) dt[c] += dout[c];
+      }
     }
-  }
+  });
 }
 
 void embedding_forward(float* out, const int64_t* ids, const float* table, int64_t N, int64_t V,

@@ -15,6 +15,7 @@
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/int8_matmul_driver.h"
 #include "kernels/cpu/int8_packed.h"
+#include "kernels/cpu/parallel_if.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 
 namespace tensorpar {
@@ -236,8 +237,10 @@ void int8_matmul_forward(Tensor& out, const Tensor& in, const Tensor& weight, co
   const float* x = in.data<float>();
   const int64_t ldx = in.strides()[0];
   char* act = static_cast<char*>(scratch);
-#pragma omp parallel for schedule(static) if (M * K > (int64_t(1) << 16))
-  for (int64_t m = 0; m < M; ++m) quantize_row_into(x + m * ldx, o.l, t, act + m * o.l.row_bytes);
+  parallel_if(M * K > (int64_t(1) << 16), [&] {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < M; ++m) quantize_row_into(x + m * ldx, o.l, t, act + m * o.l.row_bytes);
+  });
   // Row-packed K-quants have the AVX2 kernel only (on an AVX-512 CPU too).
   if (packed && kernel == Int8Kernel::kVnni512 && !dtype_is_kquant(t)) run_packed_vnni512(o, t);
   else if (packed) run_packed_avx2(o, t);

@@ -30,6 +30,8 @@
 #include "core/quant.h"
 #include "core/tensor.h"
 #include "kernels/cpu/int8_packed.h"
+#include "kernels/cpu/parallel_if.h"
+#include "kernels/cpu/stealing_schedule.h"
 
 namespace tensorpar::int8_detail {
 
@@ -153,8 +155,9 @@ struct Driver {
   template <DType T>
   static void run(const Operands& o) {
     const int64_t tiles = (o.n + kWTile - 1) / kWTile;
-#pragma omp parallel if (o.n * o.l.k * o.m > (int64_t(1) << 16))
-    {
+    const bool parallel = o.n * o.l.k * o.m > (int64_t(1) << 16);
+    StealingSchedule schedule(tiles, parallel);
+    parallel_if(parallel, [&] {
       // Several groups of input rows per tile: its rows are unpacked once.
       const bool unpack = o.m > kRows;
       TileScratch sc;
@@ -165,8 +168,7 @@ struct Driver {
         unpacked = aligned_alloc_shared(kWTile * sc.row_bytes);
       }
       float res[(kWTile + K::kWRows) * kRows];
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < tiles; ++t) {
+      schedule.for_each([&](int64_t t) {
         const int64_t n0 = t * kWTile, n1 = std::min(o.n, n0 + kWTile);
         if (unpack) {
           sc.unpacked = static_cast<char*>(unpacked.get());
@@ -190,8 +192,8 @@ struct Driver {
             for (int r = 0; r < rows; ++r) o.out[(m0 + r) * o.ldo + n] = res[(n - n0) * kRows + r] + b;
           }
         }
-      }
-    }
+      });
+    });
   }
 
   static void run_type(const Operands& o, DType t) {
@@ -209,8 +211,9 @@ struct Driver {
   }
 };
 
-// The loop of the row-packed kernels: groups of 8 weight rows spread statically over the threads
-// (each thread streams one contiguous stretch), kRows input rows at a time. K provides
+// The loop of the row-packed kernels: groups of 8 weight rows spread over the threads by a
+// StealingSchedule (each thread streams one contiguous stretch; the last one's tail is shared),
+// kRows input rows at a time. K provides
 // kKQuants (whether it has K-quant kernels) and, for weight type T,
 //   group<T, R>(group, nb, act, layout, res): res[r * 8 + i] = input row r . weight row i of the
 //   group (r < R), the same instructions for every (weight row, input row) pair whatever the
@@ -220,25 +223,28 @@ struct PackedDriver {
   template <DType T>
   static void run(const Operands& o) {
     const int64_t groups = (o.n + kPackedRows - 1) / kPackedRows, gb = int8_packed::group_bytes(T, o.nb);
-#pragma omp parallel for schedule(static) if (o.n * o.l.k * o.m > (int64_t(1) << 16))
-    for (int64_t g = 0; g < groups; ++g) {
-      const char* group = o.w + g * gb;
-      const int64_t n0 = g * kPackedRows, n1 = std::min(o.n, n0 + kPackedRows);
-      float res[kRows * kPackedRows];
-      for (int64_t m0 = 0; m0 < o.m; m0 += kRows) {
-        const int rows = int(std::min<int64_t>(kRows, o.m - m0));
-        const char* act = o.act + m0 * o.l.row_bytes;
-        switch (rows) {
-          case 4: K::template group<T, 4>(group, o.nb, act, o.l, res); break;
-          case 3: K::template group<T, 3>(group, o.nb, act, o.l, res); break;
-          case 2: K::template group<T, 2>(group, o.nb, act, o.l, res); break;
-          default: K::template group<T, 1>(group, o.nb, act, o.l, res); break;
+    const bool parallel = o.n * o.l.k * o.m > (int64_t(1) << 16);
+    StealingSchedule schedule(groups, parallel);
+    parallel_if(parallel, [&] {
+      schedule.for_each([&](int64_t g) {
+        const char* group = o.w + g * gb;
+        const int64_t n0 = g * kPackedRows, n1 = std::min(o.n, n0 + kPackedRows);
+        float res[kRows * kPackedRows];
+        for (int64_t m0 = 0; m0 < o.m; m0 += kRows) {
+          const int rows = int(std::min<int64_t>(kRows, o.m - m0));
+          const char* act = o.act + m0 * o.l.row_bytes;
+          switch (rows) {
+            case 4: K::template group<T, 4>(group, o.nb, act, o.l, res); break;
+            case 3: K::template group<T, 3>(group, o.nb, act, o.l, res); break;
+            case 2: K::template group<T, 2>(group, o.nb, act, o.l, res); break;
+            default: K::template group<T, 1>(group, o.nb, act, o.l, res); break;
+          }
+          for (int r = 0; r < rows; ++r)
+            for (int64_t n = n0; n < n1; ++n)
+              o.out[(m0 + r) * o.ldo + n] = res[r * kPackedRows + (n - n0)] + (o.bias ? o.bias[n] : 0.0f);
         }
-        for (int r = 0; r < rows; ++r)
-          for (int64_t n = n0; n < n1; ++n)
-            o.out[(m0 + r) * o.ldo + n] = res[r * kPackedRows + (n - n0)] + (o.bias ? o.bias[n] : 0.0f);
-      }
-    }
+      });
+    });
   }
 
   static void run_type(const Operands& o, DType t) {

@@ -18,6 +18,7 @@
 #include "kernels/cpu/half_convert.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/parallel_if.h"
 #include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
@@ -330,8 +331,7 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const int64_t R = rows_per_group(seqs, d), G = d.NH / d.NKV;
   const WorkRows w = list_rows(seqs, R);
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
-#pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
-  {
+  parallel_if(w.keys * d.NH * d.HS > kMinParallelWork, [&] {
     ScoreRows scores(w.max_keys, R * G);
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
@@ -341,7 +341,7 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
       row_group(out + r * row_stride, row_stride, q + r * row_stride, row_stride, k_pool, v_pool, s, gr.t0, gr.R,
                 it % d.NKV, d, scores.data(), scores.stride, scores.sums.data());
     }
-  }
+  });
 }
 
 void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, const f16* v_pool,
@@ -351,8 +351,7 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
   const WorkRows w = list_rows(seqs, R);
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
-#pragma omp parallel if (w.keys * d.NH * d.HS > kMinParallelWork)
-  {
+  parallel_if(w.keys * d.NH * d.HS > kMinParallelWork, [&] {
     ScoreRows scores(w.max_keys, R * G);
     WidenedKv kv(w.max_keys, HS, G, R);
     const int32_t block0 = 0;
@@ -392,7 +391,7 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
       row_group(out + r * row_stride + g * G * HS, row_stride, kv.q.data(), G * HS, kv.k.data(), kv.v.data(), widened,
                 0, gr.R, 0, one, scores.data(), scores.stride, scores.sums.data());
     }
-  }
+  });
 }
 
 void paged_attention_forward_naive(float* out, const float* q, const float* k_pool, const float* v_pool,

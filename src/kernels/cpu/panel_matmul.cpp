@@ -13,7 +13,9 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/cpu/parallel_if.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/stealing_schedule.h"
 #include "kernels/cpu/target_isa.h"
 #include "kernels/cpu/unroll.h"
 
@@ -225,22 +227,25 @@ TP_AVX2 void run_item(const Operands& o, int64_t g, int64_t m0, int64_t m1) {
 TP_AVX2 void run_avx2(const Operands& o) {
   const int64_t groups = (o.N + kP - 1) / kP, chunks = (o.M + kItemRows - 1) / kItemRows;
   // Consecutive items share a group, so a group's weights serve every row chunk while in cache.
-#pragma omp parallel for schedule(static) if (o.N * o.K * o.M > (int64_t(1) << 16))
-  for (int64_t item = 0; item < groups * chunks; ++item) {
-    const int64_t g = item / chunks, m0 = item % chunks * kItemRows;
-    const int64_t m1 = std::min(o.M, m0 + kItemRows);
-    switch (o.t) {
-      case DType::kBF16:
-        run_item<DType::kBF16>(o, g, m0, m1);
-        break;
-      case DType::kF16:
-        run_item<DType::kF16>(o, g, m0, m1);
-        break;
-      default:
-        run_item<DType::kF32>(o, g, m0, m1);
-        break;
-    }
-  }
+  const bool parallel = o.N * o.K * o.M > (int64_t(1) << 16);
+  StealingSchedule schedule(groups * chunks, parallel);
+  parallel_if(parallel, [&] {
+    schedule.for_each([&](int64_t item) {
+      const int64_t g = item / chunks, m0 = item % chunks * kItemRows;
+      const int64_t m1 = std::min(o.M, m0 + kItemRows);
+      switch (o.t) {
+        case DType::kBF16:
+          run_item<DType::kBF16>(o, g, m0, m1);
+          break;
+        case DType::kF16:
+          run_item<DType::kF16>(o, g, m0, m1);
+          break;
+        default:
+          run_item<DType::kF32>(o, g, m0, m1);
+          break;
+      }
+    });
+  });
 }
 
 void check_packed(const Tensor& p, const char* where) {

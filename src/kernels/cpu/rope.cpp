@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cpu/parallel_if.h"
 
 namespace tensorpar {
 namespace {
@@ -86,8 +87,7 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
   const bool by_position = p_max - p_min < T;
   const int64_t n_rows = by_position ? p_max - p_min + 1 : T;
   std::vector<float> cos_tab(static_cast<size_t>(n_rows * half)), sin_tab(cos_tab.size());
-#pragma omp parallel if (T * NH * HS > kMinParallelWork)
-  {
+  parallel_if(T * NH * HS > kMinParallelWork, [&] {
 #pragma omp for schedule(static)
     for (int64_t row = 0; row < n_rows; ++row) {
       const double pos = static_cast<double>(by_position ? p_min + row : positions[row]) * table.position_scale;
@@ -129,7 +129,7 @@ void rope_rotate(float* out, const float* inp, const int64_t* positions, const R
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace
