@@ -29,12 +29,12 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
       float* o = out + n * C;        // (C)
       // Statistics in double: a row of values far from zero would lose digits in a float sum.
       double s = 0;
-  #pragma omp simd reduction(+ : s)
+#pragma omp simd reduction(+ : s)
       for (int64_t c = 0; c < C; ++c) s += x[c];
       const float m = static_cast<float>(s / static_cast<double>(C));
       // Two passes (mean, then squared deviations) avoid the cancellation of E[x^2] - m^2.
       double v = 0;
-  #pragma omp simd reduction(+ : v)
+#pragma omp simd reduction(+ : v)
       for (int64_t c = 0; c < C; ++c) v += static_cast<double>((x[c] - m) * (x[c] - m));
       const float r = static_cast<float>(1.0 / std::sqrt(v / static_cast<double>(C) + eps));
       if (bias)
@@ -63,7 +63,7 @@ void layernorm_backward(float* d_inp, float* d_weight, float* d_bias, const floa
         float* dx = d_inp + n * C;
         const float m = mean[n], r = rstd[n];
         float sum_g = 0, sum_gx = 0;
-  #pragma omp simd reduction(+ : sum_g, sum_gx)
+#pragma omp simd reduction(+ : sum_g, sum_gx)
         for (int64_t c = 0; c < C; ++c) {
           const float g = dy[c] * weight[c];
           sum_g += g;

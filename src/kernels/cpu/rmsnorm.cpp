@@ -28,7 +28,7 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
       const float* x = inp + n * C;  // (C)
       float* o = out + n * C;        // (C)
       double ss = 0;                 // double: long rows would lose digits in a float sum
-  #pragma omp simd reduction(+ : ss)
+#pragma omp simd reduction(+ : ss)
       for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c] * x[c]);
       const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
       for (int64_t c = 0; c < C; ++c) o[c] = x[c] * r * weight[c];
@@ -51,7 +51,7 @@ void rmsnorm_backward(float* d_inp, float* d_weight, const float* d_out, const f
         float* dx = d_inp + n * C;
         const float r = rstd[n];
         float dot = 0;
-  #pragma omp simd reduction(+ : dot)
+#pragma omp simd reduction(+ : dot)
         for (int64_t c = 0; c < C; ++c) dot += weight[c] * dy[c] * x[c];
         const float k = r * r * r * dot / static_cast<float>(C);
         for (int64_t c = 0; c < C; ++c) dx[c] += r * weight[c] * dy[c] - k * x[c];
