@@ -1,9 +1,12 @@
 // Paged attention against the naive reference (contiguous keys, attention_forward_naive), over
 // shuffled block tables; and batch invariance: a sequence's rows are bitwise the same alone, in a
-// batch with other sequences, and when its prompt is run in chunks instead of whole.
+// batch with other sequences, when its prompt is run in chunks instead of whole, and when the
+// team splits a decode step's few items.
 //
 // Tolerance vs the reference (double sums there, f32 here): with
 // inputs in [-1, 1] and a few hundred keys the difference stays under 1e-5 absolute.
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -254,6 +257,46 @@ TEST(PagedAttention, PromptRowsAsWhenRunAlone) {
           EXPECT_EQ(0, std::memcmp(alone16.data(), got16.data() + size_t(t) * row, row * sizeof(float))) << "f16 row " << t;
         }
       }
+}
+
+// A decode step with fewer (row, kv head) items than twice the team is split by the whole team
+// (scores by key blocks, softmax by head, values by columns): bitwise what one thread computes
+// item by item, for 1-3 kv heads, 32- and 16-column splits (head size 64 and 80), with and
+// without a window, on 2 and 3 threads; and within the naive reference's tolerance.
+TEST(PagedAttention, DecodeRowSplitByTheTeamAsItemByItem) {
+  Rng rng(23);
+  SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
+  const int saved = omp_get_max_threads();
+  for (int64_t nkv : {1, 2, 3})
+    for (int64_t hs : {64, 80})
+      for (int64_t window : {0, 50})
+        for (int64_t pos : {70, 300}) {
+          SCOPED_TRACE("kv heads " + std::to_string(nkv) + " head size " + std::to_string(hs) + " window " +
+                       std::to_string(window) + " position " + std::to_string(pos));
+          const int64_t nh = 3 * nkv, bs = 16, n_blocks = (pos + 1 + bs - 1) / bs;
+          std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+          std::iota(table.begin(), table.end(), 0);
+          std::shuffle(table.begin(), table.end(), rng.gen());
+          PagedAttentionDims d;
+          d.NH = nh, d.NKV = nkv, d.HS = hs, d.block_size = bs, d.window = window;
+          const std::vector<float> k = rng.uniform_vec(size_t(n_blocks * bs * nkv * hs)), v = rng.uniform_vec(k.size());
+          const std::vector<float> q = rng.uniform_vec(size_t(nh * hs));
+          PagedSeq one;
+          one.T = 1, one.pos0 = pos, one.blocks = table.data(), one.n_blocks = n_blocks;
+          const std::span<const PagedSeq> seqs(&one, 1);
+          std::vector<float> alone(q.size(), NAN), want(q.size(), NAN);
+          omp_set_num_threads(1);
+          paged_attention_forward(alone.data(), q.data(), k.data(), v.data(), seqs, d);
+          paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), seqs, d);
+          EXPECT_LE(testing::max_abs_diff(alone, want), 1e-5);
+          for (int threads : {2, 3}) {
+            omp_set_num_threads(threads);
+            std::vector<float> got(q.size(), NAN);
+            paged_attention_forward(got.data(), q.data(), k.data(), v.data(), seqs, d);
+            EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), got.size() * sizeof(float))) << threads << " threads";
+          }
+        }
+  omp_set_num_threads(saved);
 }
 
 TEST(PagedAttention, RejectsShortBlockTable) {

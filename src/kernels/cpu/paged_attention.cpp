@@ -7,6 +7,8 @@
 // (if any), so no masked score enters any sum.
 #include "kernels/cpu/paged_attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -101,31 +103,41 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
 
 // For each of H heads: o + h * HS (w values) += sum over keys [j0, j1) of p[h * stride + j]
 // v_j[col .. col + w), each element its own fma chain in key order (o holds the chain's value
-// after the keys before j0: zero before the first). A whole 64 (w == 64) is held as four lane
-// vectors per head, unrolled so they stay in registers (as score_chunks' accumulators); a
-// shorter tail element by element.
+// after the keys before j0: zero before the first). C lane vectors (w == 16 C) are held per
+// head, unrolled so they stay in registers (as score_chunks' accumulators); another width
+// element by element. Either way each element gets the same chain.
+template <int H, int C>
+TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
+                                            const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride,
+                                            int64_t col, int64_t bs) {
+  float a[H][C][kLanes];
+  TP_UNROLL for (int h = 0; h < H; ++h)
+    TP_UNROLL for (int c = 0; c < C; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
+  for (int64_t j = j0; j < j1; ++j) {
+    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+    TP_UNROLL for (int h = 0; h < H; ++h) {
+      const float pj = p[h * stride + j];
+      TP_UNROLL for (int c = 0; c < C; ++c) {
+#pragma omp simd
+        for (int64_t l = 0; l < kLanes; ++l) a[h][c][l] = std::fma(pj, vr[c * kLanes + l], a[h][c][l]);
+      }
+    }
+  }
+  TP_UNROLL for (int h = 0; h < H; ++h)
+    TP_UNROLL for (int c = 0; c < C; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
+}
+
 template <int H>
 TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
                                const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
                                int64_t bs, int64_t w) {
-  if (w == 4 * kLanes) {
-    float a[H][4][kLanes];
-    TP_UNROLL for (int h = 0; h < H; ++h)
-      TP_UNROLL for (int c = 0; c < 4; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
-    for (int64_t j = j0; j < j1; ++j) {
-      const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
-      TP_UNROLL for (int h = 0; h < H; ++h) {
-        const float pj = p[h * stride + j];
-        TP_UNROLL for (int c = 0; c < 4; ++c) {
-#pragma omp simd
-          for (int64_t l = 0; l < kLanes; ++l) a[h][c][l] = std::fma(pj, vr[c * kLanes + l], a[h][c][l]);
-        }
-      }
-    }
-    TP_UNROLL for (int h = 0; h < H; ++h)
-      TP_UNROLL for (int c = 0; c < 4; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
-    return;
-  }
+  // 16, 32 or 64 columns in registers (a decode step's team splits a head's columns, below).
+  if (w == 4 * kLanes)
+    return weighted_values_in_registers<H, 4>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
+  if (w == 2 * kLanes)
+    return weighted_values_in_registers<H, 2>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
+  if (w == kLanes)
+    return weighted_values_in_registers<H, 1>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
   for (int64_t j = j0; j < j1; ++j) {
     const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
     for (int h = 0; h < H; ++h) {
@@ -168,6 +180,22 @@ TP_INLINE float max_of(const float* x, int64_t n) {
   float m = lanes[0];
   for (int64_t l = 1; l < kLanes; ++l) m = m > lanes[l] ? m : lanes[l];
   return m;
+}
+
+// One row's scores sc[0, n) scaled, then exp(score - max) in place; returns their sum (the
+// softmax's denominator). `scale` by value: read through a struct, each store to the scores
+// could alias it (no vectors).
+TP_INLINE float softmax_numerators(float* sc, int64_t n, float scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) sc[j] *= scale;
+  const float m = max_of(sc, n);
+  float total = 0.0f;
+#pragma omp simd reduction(+ : total)
+  for (int64_t j = 0; j < n; ++j) {
+    sc[j] = fast_exp(sc[j] - m);
+    total += sc[j];
+  }
+  return total;
 }
 
 // The first key a row at `pos` sees (its sliding window's, or key 0). Depends on the position
@@ -224,22 +252,9 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
                  hi - lo, d.NKV, g, HS, bs);
     }
   }
-  const float scale = d.scale;  // a local: through `d` each store to the scores could alias it (no vectors)
   for (int64_t r = 0; r < R; ++r) {
     const int64_t pos = pos0 + r, first = first_key(pos, d.window), n_keys = pos + 1 - first;
-    for (int64_t h = 0; h < G; ++h) {
-      float* sc = score_row(r, h) + (first - base);
-#pragma omp simd
-      for (int64_t j = 0; j < n_keys; ++j) sc[j] *= scale;
-      const float m = max_of(sc, n_keys);
-      float total = 0.0f;
-#pragma omp simd reduction(+ : total)
-      for (int64_t j = 0; j < n_keys; ++j) {
-        sc[j] = fast_exp(sc[j] - m);
-        total += sc[j];
-      }
-      sums[r * G + h] = total;
-    }
+    for (int64_t h = 0; h < G; ++h) sums[r * G + h] = softmax_numerators(score_row(r, h) + (first - base), n_keys, d.scale);
     std::fill(out + r * ldo + h_begin * HS, out + r * ldo + (h_begin + G) * HS, 0.0f);
   }
   // Values a block of keys at a time, each block used by every row that sees its keys.
@@ -319,6 +334,112 @@ struct WidenedKv {
   int64_t values_from = -1;                      // values_from) of sequence seq's kv head g
 };
 
+// ---- A decode step with fewer items than the team can share ----
+// One sequence's decode row has an item per kv head, and 3 kv heads on 2 threads ran 2:1 (one kv
+// head on 2 threads: 1:0) while the step's weights wait. With fewer items than twice the team,
+// the team splits every item instead, in three steps with a barrier after each: the scores by
+// key blocks, the softmax by (item, head), the weighted values by (item, 16 or 32 columns). Each
+// score, exponential, sum and output element gets the operations row_group gives it, in its
+// order, so the result is row_group's bit for bit (PagedAttention.* compare the two).
+
+struct DecodeItem {
+  const PagedSeq* s;
+  int64_t row, pos, base, g;  // output / query row, its position, row_group's score base, kv head
+};
+
+// row_group's scores of one row (R = 1) for the key block at kb, into sc (the item's G rows).
+TP_FMA_CLONES void item_scores(float* sc, int64_t stride, const float* q, const float* k_pool, const DecodeItem& it,
+                               int64_t kb, const PagedAttentionDims& d) {
+  const int64_t HS = d.HS, bs = d.block_size, G = d.NH / d.NKV, end = it.pos + 1;
+  const int64_t lo = first_key(it.pos, d.window) / kLanes * kLanes;
+  if (end <= kb || lo >= kb + kKeyBlock) return;
+  const int64_t last_lane = (end - 1) / kLanes * kLanes;
+  const float* ptr[4];
+  for (int64_t c = 0; c < 4; ++c) {
+    const int64_t key0 = std::min(kb + c * kLanes, last_lane);
+    ptr[c] = k_pool + (int64_t(it.s->blocks[key0 / bs]) * d.NKV + it.g) * HS * bs + key0 % bs;
+  }
+  const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes);
+  const int64_t c_hi = std::min<int64_t>(4, (end - kb + kLanes - 1) / kLanes);
+  for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
+    score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS, ptr,
+                    HS, bs, c_lo, c_hi);
+  });
+}
+
+TP_FMA_CLONES float item_softmax(float* sc, int64_t n_keys, float scale) { return softmax_numerators(sc, n_keys, scale); }
+
+// row_group's weighted values and normalisation of one row for columns [i0, i0 + w) of every
+// head of the item.
+TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
+                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
+  const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
+  float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
+  for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
+    const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
+    if (j0 >= j1) continue;
+    for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
+      weighted_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1,
+                         d.NKV * HS, it.g * HS + i0, d.block_size, w);
+    });
+  }
+  for (int64_t h = 0; h < G; ++h) {
+    const float inv = 1.0f / sums[h];
+    float* oh = o + h * HS;
+#pragma omp simd
+    for (int64_t i = 0; i < w; ++i) oh[i] *= inv;
+  }
+}
+
+// Whether a call's items (all of them one row) are better split by the team.
+bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims& d) {
+  const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
+  return rows_per_group == 1 && team > 1 && items < 2 * team && d.block_size % kLanes == 0 && d.HS % kLanes == 0;
+}
+
+void decode_items_by_team(float* out, const float* q, const float* k_pool, const float* v_pool,
+                          std::span<const PagedSeq> seqs, const WorkRows& w, const PagedAttentionDims& d) {
+  const int64_t G = d.NH / d.NKV;
+  std::vector<DecodeItem> items;
+  std::vector<int64_t> first_unit{0};  // the items' key blocks, numbered one after another
+  for (const WorkRows::Group& gr : w.groups) {
+    const PagedSeq& s = seqs[size_t(gr.seq)];
+    const int64_t pos = s.pos0 + gr.t0, base = first_key(pos, d.window) / kKeyBlock * kKeyBlock;
+    for (int64_t g = 0; g < d.NKV; ++g) {
+      items.push_back({&s, s.row_begin + gr.t0, pos, base, g});
+      first_unit.push_back(first_unit.back() + (pos + 1 - base + kKeyBlock - 1) / kKeyBlock);
+    }
+  }
+  const int64_t n_items = int64_t(items.size());
+  ScoreRows scores(w.max_keys, n_items * G);  // the team's: item i's head h at row i G + h
+  const int64_t cw = d.HS % (2 * kLanes) == 0 ? 2 * kLanes : kLanes, col_units = d.HS / cw;
+  float* sc = scores.data();
+  const int64_t stride = scores.stride;
+#pragma omp parallel
+  {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < first_unit.back(); ++u) {
+      const int64_t i = std::upper_bound(first_unit.begin(), first_unit.end(), u) - first_unit.begin() - 1;
+      const DecodeItem& it = items[size_t(i)];
+      item_scores(sc + i * G * stride, stride, q, k_pool, it, it.base + (u - first_unit[size_t(i)]) * kKeyBlock, d);
+    }
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < n_items * G; ++u) {
+      const DecodeItem& it = items[size_t(u / G)];
+      const int64_t first = first_key(it.pos, d.window);
+      scores.sums[size_t(u)] = item_softmax(sc + u * stride + (first - it.base), it.pos + 1 - first, d.scale);
+      float* o = out + it.row * d.NH * d.HS + (it.g * G + u % G) * d.HS;
+      std::fill(o, o + d.HS, 0.0f);
+    }
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t u = 0; u < n_items * col_units; ++u) {
+      const int64_t i = u / col_units;
+      item_values(out, sc + i * G * stride, stride, v_pool, items[size_t(i)], u % col_units * cw, cw,
+                  scores.sums.data() + i * G, d);
+    }
+  }
+}
+
 // Items (a group's kv head) handed to a thread at a time: one while there are few (a decode
 // step has one row per sequence: in fours, one thread took every kv head of it), four in prefill.
 int64_t item_chunk(int64_t items) { return items >= 64 ? 4 : 1; }
@@ -331,7 +452,9 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const int64_t R = rows_per_group(seqs, d), G = d.NH / d.NKV;
   const WorkRows w = list_rows(seqs, R);
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
-  parallel_if(w.keys * d.NH * d.HS > kMinParallelWork, [&] {
+  const bool parallel = w.keys * d.NH * d.HS > kMinParallelWork;
+  if (parallel && split_items(R, items, d)) return decode_items_by_team(out, q, k_pool, v_pool, seqs, w, d);
+  parallel_if(parallel, [&] {
     ScoreRows scores(w.max_keys, R * G);
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t it = 0; it < items; ++it) {
