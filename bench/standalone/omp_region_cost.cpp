@@ -2,7 +2,7 @@
 // orphaned-loop form kernels/cpu/parallel_if.h uses below a kernel's threshold: the numbers
 // docs/BENCHMARKS.md quotes for "No region below a kernel's threshold".
 //
-//   g++ -O2 -fopenmp bench/standalone/omp_region_cost.cpp -o /tmp/omp_region_cost
+//   g++ -O2 -fopenmp -Isrc bench/standalone/omp_region_cost.cpp -o /tmp/omp_region_cost
 //   OMP_NUM_THREADS=2 taskset -c 0,1 /tmp/omp_region_cost
 //
 // Prints ns per call (200000 calls, three repetitions) of: a region whose `if` clause is false,
@@ -13,6 +13,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "kernels/cpu/parallel_if.h"
+
 namespace {
 
 volatile int sink;
@@ -22,16 +24,6 @@ __attribute__((noinline)) void body(int n) {
   int s = 0;
   for (int i = 0; i < n; ++i) s += i;
   sink = s;
-}
-
-template <class F>
-inline void parallel_if(bool cond, F&& f) {
-  if (cond || omp_in_parallel()) {
-#pragma omp parallel if (cond)
-    f();
-  } else {
-    f();
-  }
 }
 
 template <class F>
@@ -58,7 +50,7 @@ int main() {
       body(n);
     });
     const double orphaned = ns_per_call(kCalls, [&] {
-      parallel_if(big, [&] {
+      tensorpar::parallel_if(big, [&] {
 #pragma omp for schedule(static)
         for (int j = 0; j < n; ++j) data[j] += 1.0f;
       });

@@ -25,32 +25,19 @@ StealingSchedule::StealingSchedule(int64_t units, bool parallel, int64_t min_chu
     shares_[s].bounds.store(pack(units * s / n_, units * (s + 1) / n_), std::memory_order_relaxed);
 }
 
-// The owner takes an eighth of what is left (at least min_chunk): large claims while the share is
-// long, small ones near its end, where a thief may be waiting for the rest.
-bool StealingSchedule::claim_front(int s, int64_t& b, int64_t& e) {
+// The owner takes an eighth of what is left from the front (large claims while the share is
+// long, small ones near its end, where a thief may be waiting for the rest); a thief takes half of
+// what is left from the back, so the owner's stream stays contiguous.
+bool StealingSchedule::claim(int s, End end, int64_t& b, int64_t& e) {
   std::atomic<uint64_t>& bounds = shares_[s].bounds;
   uint64_t cur = bounds.load(std::memory_order_relaxed);
   for (;;) {
-    const int64_t front = int64_t(cur >> kShift), back = int64_t(cur & kLow);
-    if (front >= back) return false;
-    const int64_t c = std::min(back - front, std::max(min_chunk_, (back - front) / 8));
-    if (bounds.compare_exchange_weak(cur, pack(front + c, back), std::memory_order_relaxed)) {
-      b = front, e = front + c;
-      return true;
-    }
-  }
-}
-
-// A thief takes half of what is left, from the back, so the owner's stream stays contiguous.
-bool StealingSchedule::claim_back(int s, int64_t& b, int64_t& e) {
-  std::atomic<uint64_t>& bounds = shares_[s].bounds;
-  uint64_t cur = bounds.load(std::memory_order_relaxed);
-  for (;;) {
-    const int64_t front = int64_t(cur >> kShift), back = int64_t(cur & kLow);
-    if (front >= back) return false;
-    const int64_t c = std::min(back - front, std::max(min_chunk_, (back - front) / 2));
-    if (bounds.compare_exchange_weak(cur, pack(front, back - c), std::memory_order_relaxed)) {
-      b = back - c, e = back;
+    const int64_t front = int64_t(cur >> kShift), back = int64_t(cur & kLow), left = back - front;
+    if (left <= 0) return false;
+    const int64_t c = std::min(left, std::max(min_chunk_, left / (end == End::kFront ? 8 : 2)));
+    const uint64_t next = end == End::kFront ? pack(front + c, back) : pack(front, back - c);
+    if (bounds.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+      b = end == End::kFront ? front : back - c, e = b + c;
       return true;
     }
   }

@@ -39,13 +39,13 @@ class StealingSchedule {
     const int t = omp_get_thread_num();
     int64_t b = 0, e = 0;
     if (t < n_)
-      while (claim_front(t, b, e))
+      while (claim(t, End::kFront, b, e))
         for (int64_t i = b; i < e; ++i) fn(i);
     // Own share done: the others' tails, from the back, each until it is empty.
     for (int s = 0; s < n_; ++s) {
       const int v = (t + 1 + s) % n_;
       if (v == t) continue;
-      while (claim_back(v, b, e))
+      while (claim(v, End::kBack, b, e))
         for (int64_t i = b; i < e; ++i) fn(i);
     }
   }
@@ -56,8 +56,9 @@ class StealingSchedule {
     std::atomic<uint64_t> bounds{0};
   };
 
-  bool claim_front(int s, int64_t& b, int64_t& e);
-  bool claim_back(int s, int64_t& b, int64_t& e);
+  enum class End { kFront, kBack };  // the owner's end of a share, or a thief's
+  // Claims [b, e) from share s's given end; false once the share is empty.
+  bool claim(int s, End end, int64_t& b, int64_t& e);
 
   int n_ = 1;
   int64_t min_chunk_ = 1;
