@@ -456,7 +456,8 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   if (parallel && split_items(R, items, d)) return decode_items_by_team(out, q, k_pool, v_pool, seqs, w, d);
   parallel_if(parallel, [&] {
     ScoreRows scores(w.max_keys, R * G);
-#pragma omp for schedule(dynamic, chunk)
+    const int64_t per_claim = chunk;  // a local: clang 14 crashes on a captured one in the clause
+#pragma omp for schedule(dynamic, per_claim)
     for (int64_t it = 0; it < items; ++it) {
       const WorkRows::Group& gr = w.groups[size_t(it / d.NKV)];
       const PagedSeq& s = seqs[size_t(gr.seq)];
@@ -481,7 +482,8 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
     // Items kv head major (the f32 kernel's are group major; the order decides only which thread
     // runs an item), so a thread's consecutive items are consecutive rows of one head.
     const int64_t n_groups = int64_t(w.groups.size());
-#pragma omp for schedule(dynamic, chunk)
+    const int64_t per_claim = chunk;  // as in paged_attention_forward
+#pragma omp for schedule(dynamic, per_claim)
     for (int64_t it = 0; it < items; ++it) {
       const WorkRows::Group& gr = w.groups[size_t(it % n_groups)];
       const PagedSeq& s = seqs[size_t(gr.seq)];
