@@ -64,26 +64,65 @@ constexpr int kHeadTile = 5;
 constexpr int64_t kRowGroup = 8;
 constexpr int64_t kKeyBlock = 4 * kLanes;
 
-// Scores of H heads (queries q + h * HS) against the four lane chunks of 16 keys at ptr[c]
-// (transposed: element i of lane l at ptr[c][i * bs + l]), stored for the chunks c in [c_lo,
-// c_hi) at scores[h * stride + c * kLanes]. Each score is its own fma chain over i, whatever H
-// is and whichever chunks are computed together.
-template <int H>
-TP_INLINE void score_chunks(float* scores, int64_t stride, const float* q, const float* const (&ptr)[4], int64_t HS,
-                            int64_t bs, int64_t c_lo, int64_t c_hi) {
-  float acc[H][4][kLanes] = {};
+// Vector registers of kLanes floats: 32 on an AVX-512 CPU, 8 on an AVX2 one (16 of 8 floats).
+// The kernels below keep every fma chain of a pass in registers; past the count GCC spills
+// chains to the stack (AVX2, 3 heads x 4 chunks of scores: a store and a reload with every fma,
+// about twice the time). The avx512f check is the one that picks TP_VECTOR_CLONES' clone.
+TP_INLINE bool wide_registers() { return __builtin_cpu_supports("avx512f"); }
+constexpr int kWideRegisters = 32, kNarrowRegisters = 8;
+
+// The most of 4, 2, 1 vectors per head a pass of H heads takes in `regs` registers, `extra(n)`
+// of them holding operands beside the H n accumulators.
+constexpr int vectors_per_head(int H, int regs, int (*extra)(int)) {
+  for (int n : {4, 2}) if (H * n + extra(n) <= regs) return n;
+  return 1;
+}
+// Key chunks of a score pass: a key vector and a query beside the accumulators.
+constexpr int chunks_per_pass(int H, int regs) {
+  return vectors_per_head(H, regs, [](int) { return 2; });
+}
+// Column vectors of a value pass: a key's values beside them. (With AVX2, 3 heads x 2 fill the
+// 16 registers and GCC keeps the probability's broadcast by spilling one chain; half as many
+// columns a pass, which reads each key's values twice, measured no faster.)
+constexpr int columns_per_pass(int H, int regs) {
+  return vectors_per_head(H, regs, [](int n) { return n; });
+}
+
+// Scores of H heads (queries q + h * HS) against the lane chunks [c0, c0 + C) of 16 keys at
+// ptr[c] (transposed: element i of lane l at ptr[c][i * bs + l]), stored for the chunks in
+// [c_lo, c_hi) at scores[h * stride + c * kLanes].
+template <int H, int C>
+TP_INLINE void score_pass(float* scores, int64_t stride, const float* q, const float* const (&ptr)[4], int64_t HS,
+                          int64_t bs, int64_t c0, int64_t c_lo, int64_t c_hi) {
+  float acc[H][C][kLanes] = {};
   for (int64_t i = 0; i < HS; ++i) {
-    for (int64_t c = 0; c < 4; ++c) {
-      const float* kc = ptr[c] + i * bs;
-      for (int h = 0; h < H; ++h) {
+    TP_UNROLL for (int c = 0; c < C; ++c) {
+      const float* kc = ptr[c0 + c] + i * bs;
+      TP_UNROLL for (int h = 0; h < H; ++h) {
         const float qi = q[h * HS + i];
 #pragma omp simd
         for (int64_t l = 0; l < kLanes; ++l) acc[h][c][l] = std::fma(qi, kc[l], acc[h][c][l]);
       }
     }
   }
-  for (int64_t c = c_lo; c < c_hi; ++c)
-    for (int h = 0; h < H; ++h) std::copy(acc[h][c], acc[h][c] + kLanes, scores + h * stride + c * kLanes);
+  for (int64_t c = std::max(c0, c_lo); c < std::min<int64_t>(c0 + C, c_hi); ++c)
+    for (int h = 0; h < H; ++h) std::copy(acc[h][c - c0], acc[h][c - c0] + kLanes, scores + h * stride + c * kLanes);
+}
+
+// The scores of the four chunks' keys stored for chunks [c_lo, c_hi), in passes of C chunks
+// (as many as the registers hold). Each score is its own fma chain over i, whatever H and C are.
+template <int H, int C>
+TP_INLINE void score_passes(float* scores, int64_t stride, const float* q, const float* const (&ptr)[4], int64_t HS,
+                            int64_t bs, int64_t c_lo, int64_t c_hi) {
+  for (int64_t c0 = c_lo / C * C; c0 < c_hi; c0 += C) score_pass<H, C>(scores, stride, q, ptr, HS, bs, c0, c_lo, c_hi);
+}
+
+template <int H>
+TP_INLINE void score_chunks(float* scores, int64_t stride, const float* q, const float* const (&ptr)[4], int64_t HS,
+                            int64_t bs, int64_t c_lo, int64_t c_hi) {
+  if (wide_registers())
+    score_passes<H, chunks_per_pass(H, kWideRegisters)>(scores, stride, q, ptr, HS, bs, c_lo, c_hi);
+  else score_passes<H, chunks_per_pass(H, kNarrowRegisters)>(scores, stride, q, ptr, HS, bs, c_lo, c_hi);
 }
 
 // The same scores for any block size (tests, short one-sequence caches): key by key, keys
@@ -101,6 +140,19 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
     }
 }
 
+// f(j, row) for keys j in [j0, j1) in order, row the value row of key j from column col: a
+// block's keys one row apart, so the block table is read (and j divided) once a block, not once
+// a key (a division per key cost more than the key's fmas).
+template <typename F>
+TP_INLINE void for_value_rows(const float* v_pool, const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride,
+                              int64_t col, int64_t bs, F&& f) {
+  for (int64_t j = j0; j < j1;) {
+    const int64_t off = j % bs, end = std::min(j1, j + bs - off);
+    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
+    for (; j < end; ++j, vr += kv_stride) f(j, vr);
+  }
+}
+
 // For each of H heads: o + h * HS (w values) += sum over keys [j0, j1) of p[h * stride + j]
 // v_j[col .. col + w), each element its own fma chain in key order (o holds the chain's value
 // after the keys before j0: zero before the first). C lane vectors (w == 16 C) are held per
@@ -113,8 +165,7 @@ TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p
   float a[H][C][kLanes];
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
-  for (int64_t j = j0; j < j1; ++j) {
-    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+  for_value_rows(v_pool, blocks, j0, j1, kv_stride, col, bs, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
     TP_UNROLL for (int h = 0; h < H; ++h) {
       const float pj = p[h * stride + j];
       TP_UNROLL for (int c = 0; c < C; ++c) {
@@ -122,7 +173,7 @@ TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p
         for (int64_t l = 0; l < kLanes; ++l) a[h][c][l] = std::fma(pj, vr[c * kLanes + l], a[h][c][l]);
       }
     }
-  }
+  });
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
 }
@@ -131,21 +182,27 @@ template <int H>
 TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
                                const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
                                int64_t bs, int64_t w) {
-  // 16, 32 or 64 columns in registers (a decode step's team splits a head's columns, below).
-  if (w == 4 * kLanes)
-    return weighted_values_in_registers<H, 4>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
-  if (w == 2 * kLanes)
-    return weighted_values_in_registers<H, 2>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
-  if (w == kLanes)
-    return weighted_values_in_registers<H, 1>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
-  for (int64_t j = j0; j < j1; ++j) {
-    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + j % bs) * kv_stride + col;
+  // 16, 32 or 64 columns (a decode step's team splits a head's columns, below) in registers, in
+  // passes of as many as they hold.
+  if (w == 4 * kLanes || w == 2 * kLanes || w == kLanes) {
+    const int C = std::min<int>(int(w / kLanes), columns_per_pass(H, wide_registers() ? kWideRegisters
+                                                                                       : kNarrowRegisters));
+    for (int64_t c0 = 0; c0 < w; c0 += C * kLanes) {
+      float* oc = o + c0;
+      if (C == 4) weighted_values_in_registers<H, 4>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+      else if (C == 2)
+        weighted_values_in_registers<H, 2>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+      else weighted_values_in_registers<H, 1>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+    }
+    return;
+  }
+  for_value_rows(v_pool, blocks, j0, j1, kv_stride, col, bs, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
     for (int h = 0; h < H; ++h) {
       const float pj = p[h * stride + j];
       float* oh = o + h * HS;
       for (int64_t l = 0; l < w; ++l) oh[l] = std::fma(pj, vr[l], oh[l]);
     }
-  }
+  });
 }
 
 // Calls f.template operator()<H>(h0) for the tiles of heads [0, G): ceil(G / kHeadTile) tiles of
