@@ -262,7 +262,8 @@ TEST(PagedAttention, PromptRowsAsWhenRunAlone) {
 // A decode step with fewer (row, kv head) items than twice the team is split by the whole team
 // (scores by key blocks, softmax by head, values by columns): bitwise what one thread computes
 // item by item, for 1-3 kv heads, 32- and 16-column splits (head size 64 and 80), with and
-// without a window, on 2 and 3 threads; and within the naive reference's tolerance.
+// without a window, on 2 and 3 threads; and within the naive reference's tolerance. The same for
+// an f16 pool, which the team reads in place (widening a block at a time).
 TEST(PagedAttention, DecodeRowSplitByTheTeamAsItemByItem) {
   Rng rng(23);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));
@@ -289,11 +290,21 @@ TEST(PagedAttention, DecodeRowSplitByTheTeamAsItemByItem) {
           paged_attention_forward(alone.data(), q.data(), k.data(), v.data(), seqs, d);
           paged_attention_forward_naive(want.data(), q.data(), k.data(), v.data(), seqs, d);
           EXPECT_LE(testing::max_abs_diff(alone, want), 1e-5);
+          // The f16 pool: read in place by the team, widened by each item alone.
+          std::vector<f16> kh(k.size()), vh(v.size());
+          for (size_t i = 0; i < k.size(); ++i) kh[i] = f32_to_f16(k[i]), vh[i] = f32_to_f16(v[i]);
+          std::vector<float> alone16(q.size(), NAN), want16(q.size(), NAN);
+          paged_attention_forward_f16(alone16.data(), q.data(), kh.data(), vh.data(), seqs, d);
+          paged_attention_forward_f16_naive(want16.data(), q.data(), kh.data(), vh.data(), seqs, d);
+          EXPECT_LE(testing::max_abs_diff(alone16, want16), 1e-5);
           for (int threads : {2, 3}) {
             omp_set_num_threads(threads);
-            std::vector<float> got(q.size(), NAN);
+            std::vector<float> got(q.size(), NAN), got16(q.size(), NAN);
             paged_attention_forward(got.data(), q.data(), k.data(), v.data(), seqs, d);
             EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), got.size() * sizeof(float))) << threads << " threads";
+            paged_attention_forward_f16(got16.data(), q.data(), kh.data(), vh.data(), seqs, d);
+            EXPECT_EQ(0, std::memcmp(got16.data(), alone16.data(), got16.size() * sizeof(float)))
+                << threads << " threads, f16 pool";
           }
         }
   omp_set_num_threads(saved);

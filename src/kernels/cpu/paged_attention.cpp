@@ -13,6 +13,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -140,32 +143,46 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
     }
 }
 
-// f(j, row) for keys j in [j0, j1) in order, row the value row of key j from column col: a
-// block's keys one row apart, so the block table is read (and j divided) once a block, not once
-// a key (a division per key cost more than the key's fmas).
-template <typename F>
-TP_INLINE void for_value_rows(const float* v_pool, const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride,
-                              int64_t col, int64_t bs, F&& f) {
-  for (int64_t j = j0; j < j1;) {
-    const int64_t off = j % bs, end = std::min(j1, j + bs - off);
-    const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
-    for (; j < end; ++j, vr += kv_stride) f(j, vr);
+// Where key j's value row is. for_each(j0, j1, col, f) calls f(j, row) for keys j in [j0, j1)
+// in order, row pointing at column col of key j's values.
+// The paged pool: a block's keys kv_stride apart, so the block table is read (and j divided)
+// once a block, not once a key (a division per key cost more than the key's fmas).
+struct PagedValueRows {
+  const float* v_pool;
+  const int32_t* blocks;
+  int64_t kv_stride, bs;
+  template <typename F>
+  TP_INLINE void for_each(int64_t j0, int64_t j1, int64_t col, F&& f) const {
+    for (int64_t j = j0; j < j1;) {
+      const int64_t off = j % bs, end = std::min(j1, j + bs - off);
+      const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
+      for (; j < end; ++j, vr += kv_stride) f(j, vr);
+    }
   }
-}
+};
+// Rows held one after another, ld apart, the first key j_first's (values widened from f16).
+struct DenseValueRows {
+  const float* rows;
+  int64_t j_first, ld;
+  template <typename F>
+  TP_INLINE void for_each(int64_t j0, int64_t j1, int64_t col, F&& f) const {
+    const float* vr = rows + (j0 - j_first) * ld + col;
+    for (int64_t j = j0; j < j1; ++j, vr += ld) f(j, vr);
+  }
+};
 
 // For each of H heads: o + h * HS (w values) += sum over keys [j0, j1) of p[h * stride + j]
 // v_j[col .. col + w), each element its own fma chain in key order (o holds the chain's value
 // after the keys before j0: zero before the first). C lane vectors (w == 16 C) are held per
 // head, unrolled so they stay in registers (as score_chunks' accumulators); another width
 // element by element. Either way each element gets the same chain.
-template <int H, int C>
-TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
-                                            const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride,
-                                            int64_t col, int64_t bs) {
+template <int H, int C, typename Rows>
+TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p, int64_t stride, const Rows& v,
+                                            int64_t j0, int64_t j1, int64_t col) {
   float a[H][C][kLanes];
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
-  for_value_rows(v_pool, blocks, j0, j1, kv_stride, col, bs, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
+  v.for_each(j0, j1, col, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
     TP_UNROLL for (int h = 0; h < H; ++h) {
       const float pj = p[h * stride + j];
       TP_UNROLL for (int c = 0; c < C; ++c) {
@@ -178,10 +195,9 @@ TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
 }
 
-template <int H>
-TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const float* v_pool,
-                               const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
-                               int64_t bs, int64_t w) {
+template <int H, typename Rows>
+TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const Rows& v, int64_t j0,
+                               int64_t j1, int64_t col, int64_t w) {
   // 16, 32 or 64 columns (a decode step's team splits a head's columns, below) in registers, in
   // passes of as many as they hold.
   if (w == 4 * kLanes || w == 2 * kLanes || w == kLanes) {
@@ -189,14 +205,13 @@ TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t str
                                                                                        : kNarrowRegisters));
     for (int64_t c0 = 0; c0 < w; c0 += C * kLanes) {
       float* oc = o + c0;
-      if (C == 4) weighted_values_in_registers<H, 4>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
-      else if (C == 2)
-        weighted_values_in_registers<H, 2>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
-      else weighted_values_in_registers<H, 1>(oc, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+      if (C == 4) weighted_values_in_registers<H, 4>(oc, HS, p, stride, v, j0, j1, col + c0);
+      else if (C == 2) weighted_values_in_registers<H, 2>(oc, HS, p, stride, v, j0, j1, col + c0);
+      else weighted_values_in_registers<H, 1>(oc, HS, p, stride, v, j0, j1, col + c0);
     }
     return;
   }
-  for_value_rows(v_pool, blocks, j0, j1, kv_stride, col, bs, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
+  v.for_each(j0, j1, col, [&](int64_t j, const float* vr) TP_INLINE_LAMBDA {
     for (int h = 0; h < H; ++h) {
       const float pj = p[h * stride + j];
       float* oh = o + h * HS;
@@ -315,6 +330,7 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
     std::fill(out + r * ldo + h_begin * HS, out + r * ldo + (h_begin + G) * HS, 0.0f);
   }
   // Values a block of keys at a time, each block used by every row that sees its keys.
+  const PagedValueRows values{v_pool, s.blocks, kv_stride, bs};
   for (int64_t i0 = 0; i0 < HS; i0 += 64) {
     const int64_t w = std::min<int64_t>(64, HS - i0);
     for (int64_t kb = base; kb < end; kb += kKeyBlock)
@@ -323,8 +339,8 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
         const int64_t j0 = std::max(kb, first_key(pos, d.window)), j1 = std::min(kb + kKeyBlock, pos + 1);
         if (j0 >= j1) continue;
         for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
-          weighted_values<H>(out + r * ldo + (h_begin + h0) * HS + i0, HS, score_row(r, h0) - base, stride,
-                             v_pool, s.blocks, j0, j1, kv_stride, g * HS + i0, bs, w);
+          weighted_values<H>(out + r * ldo + (h_begin + h0) * HS + i0, HS, score_row(r, h0) - base, stride, values,
+                             j0, j1, g * HS + i0, w);
         });
       }
   }
@@ -397,47 +413,80 @@ struct WidenedKv {
 // the team splits every item instead, in three steps with a barrier after each: the scores by
 // key blocks, the softmax by (item, head), the weighted values by (item, 16 or 32 columns). Each
 // score, exponential, sum and output element gets the operations row_group gives it, in its
-// order, so the result is row_group's bit for bit (PagedAttention.* compare the two).
+// order, so the result is row_group's bit for bit (PagedAttention.* compare the two). An f16
+// pool is read in place: each step widens the keys or values it is about to use (a block of 64
+// keys, or of 64 value rows' columns) into a scratch of its thread, so a decode step reads half
+// the cache's bytes; the arithmetic is the f16 item path's (row_group on widened copies).
 
 struct DecodeItem {
   const PagedSeq* s;
   int64_t row, pos, base, g;  // output / query row, its position, row_group's score base, kv head
 };
 
-// row_group's scores of one row (R = 1) for the key block at kb, into sc (the item's G rows).
-TP_FMA_CLONES void item_scores(float* sc, int64_t stride, const float* q, const float* k_pool, const DecodeItem& it,
-                               int64_t kb, const PagedAttentionDims& d) {
-  const int64_t HS = d.HS, bs = d.block_size, G = d.NH / d.NKV, end = it.pos + 1;
-  const int64_t lo = first_key(it.pos, d.window) / kLanes * kLanes;
-  if (end <= kb || lo >= kb + kKeyBlock) return;
-  const int64_t last_lane = (end - 1) / kLanes * kLanes;
+// The four 16-key chunks of the key block at kb as score_chunks reads them (element i of lane l
+// at ptr[c][i * ld + l]); chunks past the item's last key repeat its last lane, as in row_group.
+struct KeyChunks {
   const float* ptr[4];
+  int64_t ld;
+};
+
+inline const float* chunk_in_pool(const float* k_pool, const DecodeItem& it, int64_t key0, const PagedAttentionDims& d) {
+  return k_pool + (int64_t(it.s->blocks[key0 / d.block_size]) * d.NKV + it.g) * d.HS * d.block_size +
+         key0 % d.block_size;
+}
+inline const f16* chunk_in_pool(const f16* k_pool, const DecodeItem& it, int64_t key0, const PagedAttentionDims& d) {
+  return k_pool + (int64_t(it.s->blocks[key0 / d.block_size]) * d.NKV + it.g) * d.HS * d.block_size +
+         key0 % d.block_size;
+}
+
+// f32 pool: the chunks where they are. f16 pool: widened into `scratch` (4 HS x 16 floats).
+template <typename T>
+KeyChunks key_chunks(const T* k_pool, const DecodeItem& it, int64_t kb, const PagedAttentionDims& d, float* scratch) {
+  const int64_t last_lane = it.pos / kLanes * kLanes;
+  KeyChunks k;
+  k.ld = std::is_same_v<T, float> ? d.block_size : kLanes;
   for (int64_t c = 0; c < 4; ++c) {
-    const int64_t key0 = std::min(kb + c * kLanes, last_lane);
-    ptr[c] = k_pool + (int64_t(it.s->blocks[key0 / bs]) * d.NKV + it.g) * HS * bs + key0 % bs;
+    const T* p = chunk_in_pool(k_pool, it, std::min(kb + c * kLanes, last_lane), d);
+    if constexpr (std::is_same_v<T, float>) {
+      k.ptr[c] = p;
+    } else {
+      float* w = scratch + c * d.HS * kLanes;
+      f16_to_f32_rows(w, kLanes, p, d.block_size, d.HS, kLanes);
+      k.ptr[c] = w;
+    }
   }
+  return k;
+}
+
+// row_group's scores of one row (R = 1) for the key block at kb, into sc (the item's G rows).
+TP_FMA_CLONES void item_scores(float* sc, int64_t stride, const float* q, const KeyChunks& k, const DecodeItem& it,
+                               int64_t kb, const PagedAttentionDims& d) {
+  const int64_t HS = d.HS, G = d.NH / d.NKV, end = it.pos + 1;
+  const int64_t lo = first_key(it.pos, d.window) / kLanes * kLanes;
   const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes);
   const int64_t c_hi = std::min<int64_t>(4, (end - kb + kLanes - 1) / kLanes);
   for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
-    score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS, ptr,
-                    HS, bs, c_lo, c_hi);
+    score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS, k.ptr,
+                    HS, k.ld, c_lo, c_hi);
   });
 }
 
 TP_FMA_CLONES float item_softmax(float* sc, int64_t n_keys, float scale) { return softmax_numerators(sc, n_keys, scale); }
 
 // row_group's weighted values and normalisation of one row for columns [i0, i0 + w) of every
-// head of the item.
-TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
-                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
+// head of the item; rows_of(j0, j1) gives the value rows of keys [j0, j1) (one key block).
+template <typename RowsOf>
+TP_INLINE void item_values(float* out, const float* sc, int64_t stride, const DecodeItem& it, int64_t i0, int64_t w,
+                           const float* sums, const PagedAttentionDims& d, RowsOf&& rows_of) {
   const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
   float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
   for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
     const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
     if (j0 >= j1) continue;
+    const auto rows = rows_of(j0, j1);  // (value rows, their first column); not a structured
+                                        // binding: clang 14 cannot capture one
     for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
-      weighted_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1,
-                         d.NKV * HS, it.g * HS + i0, d.block_size, w);
+      weighted_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, rows.first, j0, j1, rows.second, w);
     });
   }
   for (int64_t h = 0; h < G; ++h) {
@@ -448,14 +497,39 @@ TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, cons
   }
 }
 
+TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
+                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d, float*) {
+  const PagedValueRows rows{v_pool, it.s->blocks, d.NKV * d.HS, d.block_size};
+  item_values(out, sc, stride, it, i0, w, sums, d,
+              [&](int64_t, int64_t) { return std::pair(rows, it.g * d.HS + i0); });
+}
+
+// The f16 pool's value rows of the block's keys, columns [i0, i0 + w), widened into `scratch`
+// (kKeyBlock x w floats).
+TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const f16* v_pool, const DecodeItem& it,
+                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d, float* scratch) {
+  const int64_t bs = d.block_size, kv_stride = d.NKV * d.HS, col = it.g * d.HS + i0;
+  item_values(out, sc, stride, it, i0, w, sums, d, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1;) {
+      const int64_t off = j % bs, run = std::min(j1 - j, bs - off);
+      f16_to_f32_rows(scratch + (j - j0) * w, w, v_pool + (int64_t(it.s->blocks[j / bs]) * bs + off) * kv_stride + col,
+                      kv_stride, run, w);
+      j += run;
+    }
+    return std::pair(DenseValueRows{scratch, j0, w}, int64_t(0));
+  });
+}
+
 // Whether a call's items (all of them one row) are better split by the team.
 bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims& d) {
   const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
   return rows_per_group == 1 && team > 1 && items < 2 * team && d.block_size % kLanes == 0 && d.HS % kLanes == 0;
 }
 
-void decode_items_by_team(float* out, const float* q, const float* k_pool, const float* v_pool,
-                          std::span<const PagedSeq> seqs, const WorkRows& w, const PagedAttentionDims& d) {
+// q: the rows' queries (rounded to f16 for an f16 pool, as the item path rounds them).
+template <typename T>
+void decode_items_by_team(float* out, const float* q, const T* k_pool, const T* v_pool, std::span<const PagedSeq> seqs,
+                          const WorkRows& w, const PagedAttentionDims& d) {
   const int64_t G = d.NH / d.NKV;
   std::vector<DecodeItem> items;
   std::vector<int64_t> first_unit{0};  // the items' key blocks, numbered one after another
@@ -472,13 +546,18 @@ void decode_items_by_team(float* out, const float* q, const float* k_pool, const
   const int64_t cw = d.HS % (2 * kLanes) == 0 ? 2 * kLanes : kLanes, col_units = d.HS / cw;
   float* sc = scores.data();
   const int64_t stride = scores.stride;
+  constexpr bool kWiden = !std::is_same_v<T, float>;
 #pragma omp parallel
   {
+    // An f16 pool's widened keys of a block, then values of a block.
+    const std::unique_ptr<float[]> scratch =
+        std::make_unique_for_overwrite<float[]>(kWiden ? size_t(std::max(4 * d.HS * kLanes, kKeyBlock * cw)) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < first_unit.back(); ++u) {
       const int64_t i = std::upper_bound(first_unit.begin(), first_unit.end(), u) - first_unit.begin() - 1;
       const DecodeItem& it = items[size_t(i)];
-      item_scores(sc + i * G * stride, stride, q, k_pool, it, it.base + (u - first_unit[size_t(i)]) * kKeyBlock, d);
+      const int64_t kb = it.base + (u - first_unit[size_t(i)]) * kKeyBlock;
+      item_scores(sc + i * G * stride, stride, q, key_chunks(k_pool, it, kb, d, scratch.get()), it, kb, d);
     }
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < n_items * G; ++u) {
@@ -492,7 +571,7 @@ void decode_items_by_team(float* out, const float* q, const float* k_pool, const
     for (int64_t u = 0; u < n_items * col_units; ++u) {
       const int64_t i = u / col_units;
       item_values(out, sc + i * G * stride, stride, v_pool, items[size_t(i)], u % col_units * cw, cw,
-                  scores.sums.data() + i * G, d);
+                  scores.sums.data() + i * G, d, scratch.get());
     }
   }
 }
@@ -532,7 +611,16 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
   const WorkRows w = list_rows(seqs, R);
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
-  parallel_if(w.keys * d.NH * d.HS > kMinParallelWork, [&] {
+  const bool parallel = w.keys * d.NH * d.HS > kMinParallelWork;
+  if (parallel && split_items(R, items, d)) {
+    // The queries rounded to f16, as each item below rounds its own.
+    int64_t rows = 0;
+    for (const PagedSeq& s : seqs) rows = std::max(rows, s.row_begin + s.T);
+    std::vector<float> q16(size_t(rows * row_stride));
+    for (size_t i = 0; i < q16.size(); ++i) q16[i] = f16_to_f32(f32_to_f16(q[i]));
+    return decode_items_by_team(out, q16.data(), k_pool, v_pool, seqs, w, d);
+  }
+  parallel_if(parallel, [&] {
     ScoreRows scores(w.max_keys, R * G);
     WidenedKv kv(w.max_keys, HS, G, R);
     const int32_t block0 = 0;
