@@ -7,7 +7,11 @@ process; decode tok/s is what `generate --json` reports (generated tokens / deco
 tokens/s the median over the steps after warm-up of `train --json` (batch x seq / step time).
 
 Usage: bench/ab_builds.py --a OLD_BINARY --b build/bin/tensorpar [--rounds 3] [--no-train]
-           [--decode-tokens 64] [--model FILE.gguf] [--out FILE.json]
+           [--decode-tokens 64] [--model FILE.gguf] [--long-prompt-chars 2000]
+           [--long-decode-tokens N] [--kv-dtype f32|f16] [--out FILE.json]
+
+--long-decode-tokens N adds `decode_long`: N tokens generated after the long prompt (decode at
+that context, where attention reads the whole KV cache every step).
 """
 import argparse
 import json
@@ -27,7 +31,7 @@ def last_json(out):
 
 def generate(binary, a, tp, threads, prompt, max_tokens):
     cmd = [binary, "generate", "--model", a.model, "--prompt", prompt, "--max-tokens", str(max_tokens),
-           "--tp", str(tp), "--threads-per-rank", str(threads), "--json"]
+           "--tp", str(tp), "--threads-per-rank", str(threads), "--kv-dtype", a.kv_dtype, "--json"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         sys.exit(f"ab_builds: {' '.join(cmd)} failed:\n{p.stderr}")
@@ -54,16 +58,19 @@ def main():
     ap.add_argument("--model", default=os.path.join(REPO, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--tokenizer", default=os.path.join(REPO, "tests/fixtures/tokenizer/gpt2_trained.tokenizer.json"))
     ap.add_argument("--data", default="/usr/share/common-licenses/GPL-3")
-    ap.add_argument("--long-prompt", default="/usr/share/common-licenses/GPL-3", help="file: its first 2000 chars")
+    ap.add_argument("--long-prompt", default="/usr/share/common-licenses/GPL-3", help="file: its first chars")
+    ap.add_argument("--long-prompt-chars", type=int, default=2000)
+    ap.add_argument("--long-decode-tokens", type=int, default=0, help="decode_long: tokens after the long prompt")
+    ap.add_argument("--kv-dtype", default="f32", choices=["f32", "f16"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=8)
     ap.add_argument("--no-train", action="store_true", help="decode and prefill only (an inference change)")
     ap.add_argument("--decode-tokens", type=int, default=64, help="tokens generated per decode run")
     ap.add_argument("--out")
     a = ap.parse_args()
-    long_prompt = open(a.long_prompt, encoding="utf-8", errors="replace").read()[:2000]
+    long_prompt = open(a.long_prompt, encoding="utf-8", errors="replace").read()[:a.long_prompt_chars]
     layouts = [(1, 2), (2, 1)]
-    res = {k: {f"tp{tp}x{th}": {"decode": [], "prefill": [], "train": []} for tp, th in layouts} for k in "ab"}
+    res = {k: {f"tp{tp}x{th}": {"decode": [], "prefill": [], "decode_long": [], "train": []} for tp, th in layouts} for k in "ab"}
     losses = {}
     for r in range(a.rounds):
         for key in "ab":
@@ -72,19 +79,23 @@ def main():
                 cell = res[key][f"tp{tp}x{th}"]
                 cell["decode"].append(generate(binary, a, tp, th, PROMPT_SHORT, a.decode_tokens)["decode_tok_s"])
                 cell["prefill"].append(generate(binary, a, tp, th, long_prompt, 1)["prefill_tok_s"])
+                if a.long_decode_tokens:
+                    cell["decode_long"].append(
+                        generate(binary, a, tp, th, long_prompt, a.long_decode_tokens)["decode_tok_s"])
                 if not a.no_train:
                     t = train(binary, a, tp, th)
                     cell["train"].append(t["tokens_per_s"])
                     losses[f"{key} tp{tp}x{th}"] = t["losses"]
             print(f"round {r + 1}/{a.rounds} {key} done", file=sys.stderr)
-    print(f"{'layout':10} {'metric':8} {'A median':>10} {'B median':>10} {'B/A':>6}")
+    print(f"{'layout':10} {'metric':11} {'A median':>10} {'B median':>10} {'B/A':>6}")
     summary = {}
     for tp, th in layouts:
         lay = f"tp{tp}x{th}"
-        for m in ("decode", "prefill") + (() if a.no_train else ("train",)):
+        for m in (("decode", "prefill") + (("decode_long",) if a.long_decode_tokens else ())
+                  + (() if a.no_train else ("train",))):
             ma, mb = statistics.median(res["a"][lay][m]), statistics.median(res["b"][lay][m])
             summary[f"{lay} {m}"] = {"a": ma, "b": mb, "ratio": mb / ma}
-            print(f"{lay:10} {m:8} {ma:10.1f} {mb:10.1f} {mb / ma:6.2f}")
+            print(f"{lay:10} {m:11} {ma:10.1f} {mb:10.1f} {mb / ma:6.2f}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"args": vars(a), "raw": res, "summary": summary, "train_losses": losses}, f, indent=1)
