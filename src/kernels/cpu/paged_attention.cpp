@@ -13,8 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,7 +22,17 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/parallel_if.h"
+#include "kernels/cpu/quant_matmul_kernels.h"
+#include "kernels/cpu/target_isa.h"
 #include "kernels/cpu/unroll.h"
+
+#if defined(__x86_64__)
+// GCC 12 falsely flags the intrinsic headers' undefined-vector idiom in target-attribute
+// functions (its bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#endif
 
 namespace tensorpar {
 
@@ -160,17 +168,6 @@ struct PagedValueRows {
     }
   }
 };
-// Rows held one after another, ld apart, the first key j_first's (values widened from f16).
-struct DenseValueRows {
-  const float* rows;
-  int64_t j_first, ld;
-  template <typename F>
-  TP_INLINE void for_each(int64_t j0, int64_t j1, int64_t col, F&& f) const {
-    const float* vr = rows + (j0 - j_first) * ld + col;
-    for (int64_t j = j0; j < j1; ++j, vr += ld) f(j, vr);
-  }
-};
-
 // For each of H heads: o + h * HS (w values) += sum over keys [j0, j1) of p[h * stride + j]
 // v_j[col .. col + w), each element its own fma chain in key order (o holds the chain's value
 // after the keys before j0: zero before the first). C lane vectors (w == 16 C) are held per
@@ -414,79 +411,59 @@ struct WidenedKv {
 // key blocks, the softmax by (item, head), the weighted values by (item, 16 or 32 columns). Each
 // score, exponential, sum and output element gets the operations row_group gives it, in its
 // order, so the result is row_group's bit for bit (PagedAttention.* compare the two). An f16
-// pool is read in place: each step widens the keys or values it is about to use (a block of 64
-// keys, or of 64 value rows' columns) into a scratch of its thread, so a decode step reads half
-// the cache's bytes; the arithmetic is the f16 item path's (row_group on widened copies).
+// pool is read in place, each f16 vector widened in a register as it is loaded (F16C), with the
+// arithmetic of the f16 item path (row_group on widened copies, the query rounded to f16).
 
 struct DecodeItem {
   const PagedSeq* s;
   int64_t row, pos, base, g;  // output / query row, its position, row_group's score base, kv head
 };
 
-// The four 16-key chunks of the key block at kb as score_chunks reads them (element i of lane l
-// at ptr[c][i * ld + l]); chunks past the item's last key repeat its last lane, as in row_group.
-struct KeyChunks {
-  const float* ptr[4];
-  int64_t ld;
-};
-
-inline const float* chunk_in_pool(const float* k_pool, const DecodeItem& it, int64_t key0, const PagedAttentionDims& d) {
-  return k_pool + (int64_t(it.s->blocks[key0 / d.block_size]) * d.NKV + it.g) * d.HS * d.block_size +
-         key0 % d.block_size;
-}
-inline const f16* chunk_in_pool(const f16* k_pool, const DecodeItem& it, int64_t key0, const PagedAttentionDims& d) {
-  return k_pool + (int64_t(it.s->blocks[key0 / d.block_size]) * d.NKV + it.g) * d.HS * d.block_size +
-         key0 % d.block_size;
-}
-
-// f32 pool: the chunks where they are. f16 pool: widened into `scratch` (4 HS x 16 floats).
+// The four 16-key chunks of the key block at kb (element i of lane l at ptr[c][i * block_size +
+// l]); chunks past the item's last key repeat its last lane, as in row_group.
 template <typename T>
-KeyChunks key_chunks(const T* k_pool, const DecodeItem& it, int64_t kb, const PagedAttentionDims& d, float* scratch) {
-  const int64_t last_lane = it.pos / kLanes * kLanes;
-  KeyChunks k;
-  k.ld = std::is_same_v<T, float> ? d.block_size : kLanes;
+void key_chunks(const T* (&ptr)[4], const T* k_pool, const DecodeItem& it, int64_t kb, const PagedAttentionDims& d) {
+  const int64_t last_lane = it.pos / kLanes * kLanes, bs = d.block_size;
   for (int64_t c = 0; c < 4; ++c) {
-    const T* p = chunk_in_pool(k_pool, it, std::min(kb + c * kLanes, last_lane), d);
-    if constexpr (std::is_same_v<T, float>) {
-      k.ptr[c] = p;
-    } else {
-      float* w = scratch + c * d.HS * kLanes;
-      f16_to_f32_rows(w, kLanes, p, d.block_size, d.HS, kLanes);
-      k.ptr[c] = w;
-    }
+    const int64_t key0 = std::min(kb + c * kLanes, last_lane);
+    ptr[c] = k_pool + (int64_t(it.s->blocks[key0 / bs]) * d.NKV + it.g) * d.HS * bs + key0 % bs;
   }
-  return k;
+}
+
+// The chunks [c_lo, c_hi) of the key block at kb that an item's row scores.
+inline std::pair<int64_t, int64_t> scored_chunks(const DecodeItem& it, int64_t kb, const PagedAttentionDims& d) {
+  const int64_t lo = first_key(it.pos, d.window) / kLanes * kLanes;
+  return {std::max<int64_t>(0, (lo - kb) / kLanes), std::min<int64_t>(4, (it.pos + 1 - kb + kLanes - 1) / kLanes)};
 }
 
 // row_group's scores of one row (R = 1) for the key block at kb, into sc (the item's G rows).
-TP_FMA_CLONES void item_scores(float* sc, int64_t stride, const float* q, const KeyChunks& k, const DecodeItem& it,
+TP_FMA_CLONES void item_scores(float* sc, int64_t stride, const float* q, const float* k_pool, const DecodeItem& it,
                                int64_t kb, const PagedAttentionDims& d) {
-  const int64_t HS = d.HS, G = d.NH / d.NKV, end = it.pos + 1;
-  const int64_t lo = first_key(it.pos, d.window) / kLanes * kLanes;
-  const int64_t c_lo = std::max<int64_t>(0, (lo - kb) / kLanes);
-  const int64_t c_hi = std::min<int64_t>(4, (end - kb + kLanes - 1) / kLanes);
+  const int64_t HS = d.HS, G = d.NH / d.NKV;
+  const float* ptr[4];
+  key_chunks(ptr, k_pool, it, kb, d);
+  const auto chunks = scored_chunks(it, kb, d);  // no structured binding: clang 14 cannot capture one
+  const int64_t c_lo = chunks.first, c_hi = chunks.second;
   for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
-    score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS, k.ptr,
-                    HS, k.ld, c_lo, c_hi);
+    score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS, ptr,
+                    HS, d.block_size, c_lo, c_hi);
   });
 }
 
 TP_FMA_CLONES float item_softmax(float* sc, int64_t n_keys, float scale) { return softmax_numerators(sc, n_keys, scale); }
 
 // row_group's weighted values and normalisation of one row for columns [i0, i0 + w) of every
-// head of the item; rows_of(j0, j1) gives the value rows of keys [j0, j1) (one key block).
-template <typename RowsOf>
-TP_INLINE void item_values(float* out, const float* sc, int64_t stride, const DecodeItem& it, int64_t i0, int64_t w,
-                           const float* sums, const PagedAttentionDims& d, RowsOf&& rows_of) {
+// head of the item.
+TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
+                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
   const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
+  const PagedValueRows rows{v_pool, it.s->blocks, d.NKV * HS, d.block_size};
   float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
   for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
     const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
     if (j0 >= j1) continue;
-    const auto rows = rows_of(j0, j1);  // (value rows, their first column); not a structured
-                                        // binding: clang 14 cannot capture one
     for_head_tiles(G, [&]<int H>(int64_t h0) TP_INLINE_LAMBDA {
-      weighted_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, rows.first, j0, j1, rows.second, w);
+      weighted_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, rows, j0, j1, it.g * HS + i0, w);
     });
   }
   for (int64_t h = 0; h < G; ++h) {
@@ -497,33 +474,150 @@ TP_INLINE void item_values(float* out, const float* sc, int64_t stride, const De
   }
 }
 
-TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
-                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d, float*) {
-  const PagedValueRows rows{v_pool, it.s->blocks, d.NKV * d.HS, d.block_size};
-  item_values(out, sc, stride, it, i0, w, sums, d,
-              [&](int64_t, int64_t) { return std::pair(rows, it.g * d.HS + i0); });
+// The same two steps over an f16 pool with AVX2, FMA and F16C (cpu_has_avx2): the f32 kernels'
+// fma chains in their order on the widened values, so bitwise the f16 item path's.
+#if defined(__x86_64__)
+TP_AVX2 inline __m256 widen8(const f16* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-// The f16 pool's value rows of the block's keys, columns [i0, i0 + w), widened into `scratch`
-// (kKeyBlock x w floats).
-TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const f16* v_pool, const DecodeItem& it,
-                               int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d, float* scratch) {
-  const int64_t bs = d.block_size, kv_stride = d.NKV * d.HS, col = it.g * d.HS + i0;
-  item_values(out, sc, stride, it, i0, w, sums, d, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1;) {
-      const int64_t off = j % bs, run = std::min(j1 - j, bs - off);
-      f16_to_f32_rows(scratch + (j - j0) * w, w, v_pool + (int64_t(it.s->blocks[j / bs]) * bs + off) * kv_stride + col,
-                      kv_stride, run, w);
-      j += run;
+// score_pass over f16 chunks.
+template <int H, int C>
+TP_AVX2 inline void f16_score_pass(float* scores, int64_t stride, const float* q, const f16* const (&ptr)[4],
+                                   int64_t HS, int64_t bs, int64_t c0, int64_t c_lo, int64_t c_hi) {
+  __m256 acc[H][C][2];
+  TP_UNROLL for (int h = 0; h < H; ++h)
+    TP_UNROLL for (int c = 0; c < C; ++c) acc[h][c][0] = acc[h][c][1] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < HS; ++i) {
+    TP_UNROLL for (int c = 0; c < C; ++c) {
+      const f16* kc = ptr[c0 + c] + i * bs;
+      const __m256 k0 = widen8(kc), k1 = widen8(kc + 8);
+      TP_UNROLL for (int h = 0; h < H; ++h) {
+        const __m256 qi = _mm256_broadcast_ss(q + h * HS + i);
+        acc[h][c][0] = _mm256_fmadd_ps(qi, k0, acc[h][c][0]);
+        acc[h][c][1] = _mm256_fmadd_ps(qi, k1, acc[h][c][1]);
+      }
     }
-    return std::pair(DenseValueRows{scratch, j0, w}, int64_t(0));
-  });
+  }
+  for (int64_t c = std::max(c0, c_lo); c < std::min<int64_t>(c0 + C, c_hi); ++c)
+    for (int h = 0; h < H; ++h) {
+      _mm256_storeu_ps(scores + h * stride + c * kLanes, acc[h][c - c0][0]);
+      _mm256_storeu_ps(scores + h * stride + c * kLanes + 8, acc[h][c - c0][1]);
+    }
 }
 
-// Whether a call's items (all of them one row) are better split by the team.
-bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims& d) {
+template <int H>
+TP_AVX2 inline void f16_score_chunks(float* scores, int64_t stride, const float* q, const f16* const (&ptr)[4],
+                                     int64_t HS, int64_t bs, int64_t c_lo, int64_t c_hi) {
+  constexpr int C = chunks_per_pass(H, kNarrowRegisters);
+  for (int64_t c0 = c_lo / C * C; c0 < c_hi; c0 += C) f16_score_pass<H, C>(scores, stride, q, ptr, HS, bs, c0, c_lo, c_hi);
+}
+
+// weighted_values_in_registers over an f16 pool's value rows.
+template <int H, int C>
+TP_AVX2 inline void f16_values_pass(float* o, int64_t HS, const float* p, int64_t stride, const f16* v_pool,
+                                    const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
+                                    int64_t bs) {
+  __m256 a[H][C][2];
+  TP_UNROLL for (int h = 0; h < H; ++h)
+    TP_UNROLL for (int c = 0; c < C; ++c) {
+      a[h][c][0] = _mm256_loadu_ps(o + h * HS + c * kLanes);
+      a[h][c][1] = _mm256_loadu_ps(o + h * HS + c * kLanes + 8);
+    }
+  for (int64_t j = j0; j < j1;) {
+    const int64_t off = j % bs, end = std::min(j1, j + bs - off);
+    const f16* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
+    for (; j < end; ++j, vr += kv_stride) {
+      TP_UNROLL for (int c = 0; c < C; ++c) {
+        const __m256 v0 = widen8(vr + c * kLanes), v1 = widen8(vr + c * kLanes + 8);
+        TP_UNROLL for (int h = 0; h < H; ++h) {
+          const __m256 pj = _mm256_broadcast_ss(p + h * stride + j);
+          a[h][c][0] = _mm256_fmadd_ps(pj, v0, a[h][c][0]);
+          a[h][c][1] = _mm256_fmadd_ps(pj, v1, a[h][c][1]);
+        }
+      }
+    }
+  }
+  TP_UNROLL for (int h = 0; h < H; ++h)
+    TP_UNROLL for (int c = 0; c < C; ++c) {
+      _mm256_storeu_ps(o + h * HS + c * kLanes, a[h][c][0]);
+      _mm256_storeu_ps(o + h * HS + c * kLanes + 8, a[h][c][1]);
+    }
+}
+
+// w: 16 or 32 columns (the team's column units).
+template <int H>
+TP_AVX2 inline void f16_values(float* o, int64_t HS, const float* p, int64_t stride, const f16* v_pool,
+                               const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
+                               int64_t bs, int64_t w) {
+  constexpr int C = columns_per_pass(H, kNarrowRegisters) >= 2 ? 2 : 1;
+  if (w == 2 * kLanes && C == 2)
+    return f16_values_pass<H, 2>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
+  for (int64_t c0 = 0; c0 < w; c0 += kLanes)
+    f16_values_pass<H, 1>(o + c0, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+}
+
+// for_head_tiles' tiles, with the AVX2 target (a lambda would be compiled without it).
+#define TP_F16_HEAD_TILES(G, CALL)                               \
+  for (int64_t t = 0, tiles = ((G) + kHeadTile - 1) / kHeadTile, h0 = 0; t < tiles; ++t) { \
+    const int64_t n = ((G) - h0 + (tiles - t) - 1) / (tiles - t);  \
+    switch (n) {                                                   \
+      case 5: CALL(5); break;                                      \
+      case 4: CALL(4); break;                                      \
+      case 3: CALL(3); break;                                      \
+      case 2: CALL(2); break;                                      \
+      default: CALL(1); break;                                     \
+    }                                                              \
+    h0 += n;                                                       \
+  }
+
+TP_AVX2 void item_scores(float* sc, int64_t stride, const float* q, const f16* k_pool, const DecodeItem& it,
+                         int64_t kb, const PagedAttentionDims& d) {
+  const int64_t HS = d.HS, G = d.NH / d.NKV;
+  const f16* ptr[4];
+  key_chunks(ptr, k_pool, it, kb, d);
+  const auto chunks = scored_chunks(it, kb, d);  // no structured binding: clang 14 cannot capture one
+  const int64_t c_lo = chunks.first, c_hi = chunks.second;
+  const float* qi = q + it.row * d.NH * HS + it.g * G * HS;
+#define TP_SCORES(H) \
+  f16_score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, qi + h0 * HS, ptr, HS, d.block_size, c_lo, c_hi)
+  TP_F16_HEAD_TILES(G, TP_SCORES)
+#undef TP_SCORES
+}
+
+TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16* v_pool, const DecodeItem& it,
+                         int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
+  const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
+  float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
+  for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
+    const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
+    if (j0 >= j1) continue;
+#define TP_VALUES(H)                                                                                          \
+  f16_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1, d.NKV * HS, \
+                it.g * HS + i0, d.block_size, w)
+    TP_F16_HEAD_TILES(G, TP_VALUES)
+#undef TP_VALUES
+  }
+  for (int64_t h = 0; h < G; ++h) {
+    const float inv = 1.0f / sums[h];
+    float* oh = o + h * HS;
+    for (int64_t i = 0; i < w; ++i) oh[i] *= inv;
+  }
+}
+#undef TP_F16_HEAD_TILES
+#endif
+
+// Whether a call's items (all of them one row) are better split by the team (over an f16 pool,
+// where the CPU has the AVX2 kernels above).
+bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims& d, bool f16_pool) {
   const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
-  return rows_per_group == 1 && team > 1 && items < 2 * team && d.block_size % kLanes == 0 && d.HS % kLanes == 0;
+#if defined(__x86_64__)
+  const bool kernels = !f16_pool || quant_detail::cpu_has_avx2();
+#else
+  const bool kernels = !f16_pool;
+#endif
+  return kernels && rows_per_group == 1 && team > 1 && items < 2 * team && d.block_size % kLanes == 0 &&
+         d.HS % kLanes == 0;
 }
 
 // q: the rows' queries (rounded to f16 for an f16 pool, as the item path rounds them).
@@ -546,18 +640,14 @@ void decode_items_by_team(float* out, const float* q, const T* k_pool, const T* 
   const int64_t cw = d.HS % (2 * kLanes) == 0 ? 2 * kLanes : kLanes, col_units = d.HS / cw;
   float* sc = scores.data();
   const int64_t stride = scores.stride;
-  constexpr bool kWiden = !std::is_same_v<T, float>;
 #pragma omp parallel
   {
-    // An f16 pool's widened keys of a block, then values of a block.
-    const std::unique_ptr<float[]> scratch =
-        std::make_unique_for_overwrite<float[]>(kWiden ? size_t(std::max(4 * d.HS * kLanes, kKeyBlock * cw)) : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < first_unit.back(); ++u) {
       const int64_t i = std::upper_bound(first_unit.begin(), first_unit.end(), u) - first_unit.begin() - 1;
       const DecodeItem& it = items[size_t(i)];
       const int64_t kb = it.base + (u - first_unit[size_t(i)]) * kKeyBlock;
-      item_scores(sc + i * G * stride, stride, q, key_chunks(k_pool, it, kb, d, scratch.get()), it, kb, d);
+      item_scores(sc + i * G * stride, stride, q, k_pool, it, kb, d);
     }
 #pragma omp for schedule(static)
     for (int64_t u = 0; u < n_items * G; ++u) {
@@ -571,7 +661,7 @@ void decode_items_by_team(float* out, const float* q, const T* k_pool, const T* 
     for (int64_t u = 0; u < n_items * col_units; ++u) {
       const int64_t i = u / col_units;
       item_values(out, sc + i * G * stride, stride, v_pool, items[size_t(i)], u % col_units * cw, cw,
-                  scores.sums.data() + i * G, d, scratch.get());
+                  scores.sums.data() + i * G, d);
     }
   }
 }
@@ -589,7 +679,7 @@ void paged_attention_forward(float* out, const float* q, const float* k_pool, co
   const WorkRows w = list_rows(seqs, R);
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * d.HS, chunk = item_chunk(items);
   const bool parallel = w.keys * d.NH * d.HS > kMinParallelWork;
-  if (parallel && split_items(R, items, d)) return decode_items_by_team(out, q, k_pool, v_pool, seqs, w, d);
+  if (parallel && split_items(R, items, d, false)) return decode_items_by_team(out, q, k_pool, v_pool, seqs, w, d);
   parallel_if(parallel, [&] {
     ScoreRows scores(w.max_keys, R * G);
     const int64_t per_claim = chunk;  // a local: clang 14 crashes on a captured one in the clause
@@ -612,7 +702,7 @@ void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, 
   const int64_t G = d.NH / d.NKV, HS = d.HS, bs = d.block_size, kv_stride = d.NKV * HS;
   const int64_t items = int64_t(w.groups.size()) * d.NKV, row_stride = d.NH * HS, chunk = item_chunk(items);
   const bool parallel = w.keys * d.NH * d.HS > kMinParallelWork;
-  if (parallel && split_items(R, items, d)) {
+  if (parallel && split_items(R, items, d, true)) {
     // The queries rounded to f16, as each item below rounds its own.
     int64_t rows = 0;
     for (const PagedSeq& s : seqs) rows = std::max(rows, s.row_begin + s.T);
