@@ -26,14 +26,11 @@ bool avx512_usable() {
   return has;
 }
 
-__attribute__((target("avx512f"))) void to_f32_avx512(float* dst, int64_t ldd, const f16* src, int64_t lds,
-                                                    int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r, dst += ldd, src += lds) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-      _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
-    for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
-  }
+__attribute__((target("avx512f"))) void to_f32_avx512(float* dst, const f16* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
 __attribute__((target("avx512f"))) void to_f16_avx512(f16* dst, const float* src, int64_t n) {
@@ -51,14 +48,11 @@ bool f16c_usable() {
   return has;
 }
 
-__attribute__((target("avx,f16c"))) void to_f32_f16c(float* dst, int64_t ldd, const f16* src, int64_t lds,
-                                                    int64_t rows, int64_t n) {
-  for (int64_t r = 0; r < rows; ++r, dst += ldd, src += lds) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-    for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
-  }
+__attribute__((target("avx,f16c"))) void to_f32_f16c(float* dst, const f16* src, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  for (; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
 __attribute__((target("avx,f16c"))) void to_f16_f16c(f16* dst, const float* src, int64_t n) {
@@ -88,15 +82,12 @@ TP_VECTOR_CLONES void f32_to_bf16_n(bf16* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i].bits = bf16_bits_of(src[i]);
 }
 
-void f16_to_f32_n(float* dst, const f16* src, int64_t n) { f16_to_f32_rows(dst, n, src, n, 1, n); }
-
-void f16_to_f32_rows(float* dst, int64_t ldd, const f16* src, int64_t lds, int64_t rows, int64_t n) {
+void f16_to_f32_n(float* dst, const f16* src, int64_t n) {
 #ifdef TP_HALF_AVX512
-  if (avx512_usable()) return to_f32_avx512(dst, ldd, src, lds, rows, n);
-  if (f16c_usable()) return to_f32_f16c(dst, ldd, src, lds, rows, n);
+  if (avx512_usable()) return to_f32_avx512(dst, src, n);
+  if (f16c_usable()) return to_f32_f16c(dst, src, n);
 #endif
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < n; ++i) dst[r * ldd + i] = f16_to_f32(src[r * lds + i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
 }
 
 void f32_to_f16_n(f16* dst, const float* src, int64_t n) {

@@ -13,8 +13,6 @@
 namespace tensorpar {
 
 void f16_to_f32_n(float* dst, const f16* src, int64_t n);
-// rows x n values: row r of src at src + r * lds to dst + r * ldd (one dispatch for all rows).
-void f16_to_f32_rows(float* dst, int64_t ldd, const f16* src, int64_t lds, int64_t rows, int64_t n);
 void f32_to_f16_n(f16* dst, const float* src, int64_t n);
 void bf16_to_f32_n(float* dst, const bf16* src, int64_t n);
 void f32_to_bf16_n(bf16* dst, const float* src, int64_t n);
