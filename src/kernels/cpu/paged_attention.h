@@ -49,7 +49,8 @@ void paged_attention_forward_naive(float* out, const float* q, const float* k_po
 // numerics: the query is rounded to f16 too (ggml multiplies an f16 cache with the query in its
 // type), scores, softmax and the weighted sum in f32. Bitwise the result of the f32 kernel on
 // the f16 values widened and the query rounded to f16 (each work item widens the keys and values
-// it reads into a scratch of its own, then runs the f32 arithmetic).
+// it reads into a scratch of its own, then runs the f32 arithmetic; a decode step split by the
+// team widens each vector in a register as it loads it, where the CPU has AVX2 and F16C).
 void paged_attention_forward_f16(float* out, const float* q, const f16* k_pool, const f16* v_pool,
                                  std::span<const PagedSeq> seqs, const PagedAttentionDims& d);
 void paged_attention_forward_f16_naive(float* out, const float* q, const f16* k_pool, const f16* v_pool,
