@@ -557,32 +557,18 @@ TP_AVX2 inline void f16_values(float* o, int64_t HS, const float* p, int64_t str
     f16_values_pass<H, 1>(o + c0, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
 }
 
-// for_head_tiles' tiles, with the AVX2 target (a lambda would be compiled without it).
-#define TP_F16_HEAD_TILES(G, CALL)                               \
-  for (int64_t t = 0, tiles = ((G) + kHeadTile - 1) / kHeadTile, h0 = 0; t < tiles; ++t) { \
-    const int64_t n = ((G) - h0 + (tiles - t) - 1) / (tiles - t);  \
-    switch (n) {                                                   \
-      case 5: CALL(5); break;                                      \
-      case 4: CALL(4); break;                                      \
-      case 3: CALL(3); break;                                      \
-      case 2: CALL(2); break;                                      \
-      default: CALL(1); break;                                     \
-    }                                                              \
-    h0 += n;                                                       \
-  }
-
 TP_AVX2 void item_scores(float* sc, int64_t stride, const float* q, const f16* k_pool, const DecodeItem& it,
                          int64_t kb, const PagedAttentionDims& d) {
   const int64_t HS = d.HS, G = d.NH / d.NKV;
   const f16* ptr[4];
   key_chunks(ptr, k_pool, it, kb, d);
-  const auto chunks = scored_chunks(it, kb, d);  // no structured binding: clang 14 cannot capture one
+  const auto chunks = scored_chunks(it, kb, d);
   const int64_t c_lo = chunks.first, c_hi = chunks.second;
-  const float* qi = q + it.row * d.NH * HS + it.g * G * HS;
-#define TP_SCORES(H) \
-  f16_score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, qi + h0 * HS, ptr, HS, d.block_size, c_lo, c_hi)
-  TP_F16_HEAD_TILES(G, TP_SCORES)
-#undef TP_SCORES
+  // The lambdas carry the target themselves: a lambda is compiled for the baseline otherwise.
+  for_head_tiles(G, [&]<int H>(int64_t h0) TP_AVX2 {
+    f16_score_chunks<H>(sc + h0 * stride + (kb - it.base), stride, q + it.row * d.NH * HS + (it.g * G + h0) * HS,
+                        ptr, HS, d.block_size, c_lo, c_hi);
+  });
 }
 
 TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16* v_pool, const DecodeItem& it,
@@ -592,11 +578,10 @@ TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16*
   for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
     const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
     if (j0 >= j1) continue;
-#define TP_VALUES(H)                                                                                          \
-  f16_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1, d.NKV * HS, \
-                it.g * HS + i0, d.block_size, w)
-    TP_F16_HEAD_TILES(G, TP_VALUES)
-#undef TP_VALUES
+    for_head_tiles(G, [&]<int H>(int64_t h0) TP_AVX2 {
+      f16_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1, d.NKV * HS,
+                    it.g * HS + i0, d.block_size, w);
+    });
   }
   for (int64_t h = 0; h < G; ++h) {
     const float inv = 1.0f / sums[h];
@@ -604,7 +589,6 @@ TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16*
     for (int64_t i = 0; i < w; ++i) oh[i] *= inv;
   }
 }
-#undef TP_F16_HEAD_TILES
 #endif
 
 // Whether a call's items (all of them one row) are better split by the team (over an f16 pool,
