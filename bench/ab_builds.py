@@ -70,7 +70,8 @@ def main():
     a = ap.parse_args()
     long_prompt = open(a.long_prompt, encoding="utf-8", errors="replace").read()[:a.long_prompt_chars]
     layouts = [(1, 2), (2, 1)]
-    res = {k: {f"tp{tp}x{th}": {"decode": [], "prefill": [], "decode_long": [], "train": []} for tp, th in layouts} for k in "ab"}
+    metrics = ("decode", "prefill", "decode_long", "train")
+    res = {k: {f"tp{tp}x{th}": {m: [] for m in metrics} for tp, th in layouts} for k in "ab"}
     losses = {}
     for r in range(a.rounds):
         for key in "ab":

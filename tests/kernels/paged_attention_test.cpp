@@ -263,7 +263,7 @@ TEST(PagedAttention, PromptRowsAsWhenRunAlone) {
 // (scores by key blocks, softmax by head, values by columns): bitwise what one thread computes
 // item by item, for 1-3 kv heads, 32- and 16-column splits (head size 64 and 80), with and
 // without a window, on 2 and 3 threads; and within the naive reference's tolerance. The same for
-// an f16 pool, which the team reads in place (widening a block at a time).
+// an f16 pool, which the team reads in place (each vector widened as it is loaded).
 TEST(PagedAttention, DecodeRowSplitByTheTeamAsItemByItem) {
   Rng rng(23);
   SCOPED_TRACE("seed " + std::to_string(testing::test_seed()));

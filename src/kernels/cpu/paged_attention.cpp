@@ -151,19 +151,20 @@ TP_INLINE void scores_any(float* scores, int64_t stride, int H, const float* q, 
     }
 }
 
-// Where key j's value row is. for_each(j0, j1, col, f) calls f(j, row) for keys j in [j0, j1)
-// in order, row pointing at column col of key j's values.
-// The paged pool: a block's keys kv_stride apart, so the block table is read (and j divided)
-// once a block, not once a key (a division per key cost more than the key's fmas).
+// The value rows of a paged pool (f32 or f16). for_each(j0, j1, col, f) calls f(j, row) for keys
+// j in [j0, j1) in order, row pointing at column col of key j's values: a block's keys are
+// kv_stride apart, so the block table is read (and j divided) once a block, not once a key (a
+// division per key cost more than the key's fmas).
+template <typename T>
 struct PagedValueRows {
-  const float* v_pool;
+  const T* v_pool;
   const int32_t* blocks;
   int64_t kv_stride, bs;
   template <typename F>
   TP_INLINE void for_each(int64_t j0, int64_t j1, int64_t col, F&& f) const {
     for (int64_t j = j0; j < j1;) {
       const int64_t off = j % bs, end = std::min(j1, j + bs - off);
-      const float* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
+      const T* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
       for (; j < end; ++j, vr += kv_stride) f(j, vr);
     }
   }
@@ -173,9 +174,9 @@ struct PagedValueRows {
 // after the keys before j0: zero before the first). C lane vectors (w == 16 C) are held per
 // head, unrolled so they stay in registers (as score_chunks' accumulators); another width
 // element by element. Either way each element gets the same chain.
-template <int H, int C, typename Rows>
-TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p, int64_t stride, const Rows& v,
-                                            int64_t j0, int64_t j1, int64_t col) {
+template <int H, int C>
+TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p, int64_t stride,
+                                            const PagedValueRows<float>& v, int64_t j0, int64_t j1, int64_t col) {
   float a[H][C][kLanes];
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(o + h * HS + c * kLanes, o + h * HS + (c + 1) * kLanes, a[h][c]);
@@ -192,9 +193,9 @@ TP_INLINE void weighted_values_in_registers(float* o, int64_t HS, const float* p
     TP_UNROLL for (int c = 0; c < C; ++c) std::copy(a[h][c], a[h][c] + kLanes, o + h * HS + c * kLanes);
 }
 
-template <int H, typename Rows>
-TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const Rows& v, int64_t j0,
-                               int64_t j1, int64_t col, int64_t w) {
+template <int H>
+TP_INLINE void weighted_values(float* o, int64_t HS, const float* p, int64_t stride, const PagedValueRows<float>& v,
+                               int64_t j0, int64_t j1, int64_t col, int64_t w) {
   // 16, 32 or 64 columns (a decode step's team splits a head's columns, below) in registers, in
   // passes of as many as they hold.
   if (w == 4 * kLanes || w == 2 * kLanes || w == kLanes) {
@@ -327,7 +328,7 @@ TP_FMA_CLONES void row_group(float* out, int64_t ldo, const float* q, int64_t ld
     std::fill(out + r * ldo + h_begin * HS, out + r * ldo + (h_begin + G) * HS, 0.0f);
   }
   // Values a block of keys at a time, each block used by every row that sees its keys.
-  const PagedValueRows values{v_pool, s.blocks, kv_stride, bs};
+  const PagedValueRows<float> values{v_pool, s.blocks, kv_stride, bs};
   for (int64_t i0 = 0; i0 < HS; i0 += 64) {
     const int64_t w = std::min<int64_t>(64, HS - i0);
     for (int64_t kb = base; kb < end; kb += kKeyBlock)
@@ -457,7 +458,7 @@ TP_FMA_CLONES float item_softmax(float* sc, int64_t n_keys, float scale) { retur
 TP_FMA_CLONES void item_values(float* out, const float* sc, int64_t stride, const float* v_pool, const DecodeItem& it,
                                int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
   const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
-  const PagedValueRows rows{v_pool, it.s->blocks, d.NKV * HS, d.block_size};
+  const PagedValueRows<float> rows{v_pool, it.s->blocks, d.NKV * HS, d.block_size};
   float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
   for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
     const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
@@ -515,29 +516,24 @@ TP_AVX2 inline void f16_score_chunks(float* scores, int64_t stride, const float*
 
 // weighted_values_in_registers over an f16 pool's value rows.
 template <int H, int C>
-TP_AVX2 inline void f16_values_pass(float* o, int64_t HS, const float* p, int64_t stride, const f16* v_pool,
-                                    const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
-                                    int64_t bs) {
+TP_AVX2 inline void f16_values_pass(float* o, int64_t HS, const float* p, int64_t stride,
+                                    const PagedValueRows<f16>& v, int64_t j0, int64_t j1, int64_t col) {
   __m256 a[H][C][2];
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) {
       a[h][c][0] = _mm256_loadu_ps(o + h * HS + c * kLanes);
       a[h][c][1] = _mm256_loadu_ps(o + h * HS + c * kLanes + 8);
     }
-  for (int64_t j = j0; j < j1;) {
-    const int64_t off = j % bs, end = std::min(j1, j + bs - off);
-    const f16* vr = v_pool + (int64_t(blocks[j / bs]) * bs + off) * kv_stride + col;
-    for (; j < end; ++j, vr += kv_stride) {
-      TP_UNROLL for (int c = 0; c < C; ++c) {
-        const __m256 v0 = widen8(vr + c * kLanes), v1 = widen8(vr + c * kLanes + 8);
-        TP_UNROLL for (int h = 0; h < H; ++h) {
-          const __m256 pj = _mm256_broadcast_ss(p + h * stride + j);
-          a[h][c][0] = _mm256_fmadd_ps(pj, v0, a[h][c][0]);
-          a[h][c][1] = _mm256_fmadd_ps(pj, v1, a[h][c][1]);
-        }
+  v.for_each(j0, j1, col, [&](int64_t j, const f16* vr) TP_AVX2 {
+    TP_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256 v0 = widen8(vr + c * kLanes), v1 = widen8(vr + c * kLanes + 8);
+      TP_UNROLL for (int h = 0; h < H; ++h) {
+        const __m256 pj = _mm256_broadcast_ss(p + h * stride + j);
+        a[h][c][0] = _mm256_fmadd_ps(pj, v0, a[h][c][0]);
+        a[h][c][1] = _mm256_fmadd_ps(pj, v1, a[h][c][1]);
       }
     }
-  }
+  });
   TP_UNROLL for (int h = 0; h < H; ++h)
     TP_UNROLL for (int c = 0; c < C; ++c) {
       _mm256_storeu_ps(o + h * HS + c * kLanes, a[h][c][0]);
@@ -547,14 +543,11 @@ TP_AVX2 inline void f16_values_pass(float* o, int64_t HS, const float* p, int64_
 
 // w: 16 or 32 columns (the team's column units).
 template <int H>
-TP_AVX2 inline void f16_values(float* o, int64_t HS, const float* p, int64_t stride, const f16* v_pool,
-                               const int32_t* blocks, int64_t j0, int64_t j1, int64_t kv_stride, int64_t col,
-                               int64_t bs, int64_t w) {
+TP_AVX2 inline void f16_values(float* o, int64_t HS, const float* p, int64_t stride, const PagedValueRows<f16>& v,
+                               int64_t j0, int64_t j1, int64_t col, int64_t w) {
   constexpr int C = columns_per_pass(H, kNarrowRegisters) >= 2 ? 2 : 1;
-  if (w == 2 * kLanes && C == 2)
-    return f16_values_pass<H, 2>(o, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col, bs);
-  for (int64_t c0 = 0; c0 < w; c0 += kLanes)
-    f16_values_pass<H, 1>(o + c0, HS, p, stride, v_pool, blocks, j0, j1, kv_stride, col + c0, bs);
+  if (w == 2 * kLanes && C == 2) return f16_values_pass<H, 2>(o, HS, p, stride, v, j0, j1, col);
+  for (int64_t c0 = 0; c0 < w; c0 += kLanes) f16_values_pass<H, 1>(o + c0, HS, p, stride, v, j0, j1, col + c0);
 }
 
 TP_AVX2 void item_scores(float* sc, int64_t stride, const float* q, const f16* k_pool, const DecodeItem& it,
@@ -574,13 +567,13 @@ TP_AVX2 void item_scores(float* sc, int64_t stride, const float* q, const f16* k
 TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16* v_pool, const DecodeItem& it,
                          int64_t i0, int64_t w, const float* sums, const PagedAttentionDims& d) {
   const int64_t HS = d.HS, G = d.NH / d.NKV, first = first_key(it.pos, d.window);
+  const PagedValueRows<f16> rows{v_pool, it.s->blocks, d.NKV * HS, d.block_size};
   float* o = out + it.row * d.NH * HS + it.g * G * HS + i0;
   for (int64_t kb = it.base; kb <= it.pos; kb += kKeyBlock) {
     const int64_t j0 = std::max(kb, first), j1 = std::min(kb + kKeyBlock, it.pos + 1);
     if (j0 >= j1) continue;
     for_head_tiles(G, [&]<int H>(int64_t h0) TP_AVX2 {
-      f16_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, v_pool, it.s->blocks, j0, j1, d.NKV * HS,
-                    it.g * HS + i0, d.block_size, w);
+      f16_values<H>(o + h0 * HS, HS, sc + h0 * stride - it.base, stride, rows, j0, j1, it.g * HS + i0, w);
     });
   }
   for (int64_t h = 0; h < G; ++h) {
