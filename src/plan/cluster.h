@@ -31,10 +31,13 @@ struct EfficiencySpec {
   // the final norm's output on the last stage); under SP three gathered (s b, h) buffers a stage.
   bool tensorpar_buffers = false;
   // The backward's TP collectives of the input gradients overlap the weight-gradient GEMMs
-  // (Megatron-LM since 2022, Korthikanti et al. section 6). Off for Megatron 2021, which the A100
-  // efficiencies were fitted on, and for a CPU calibration: tensorpar's trainer runs them on a
-  // comm thread, but there the collectives are copies by the same cores, so nothing hides.
+  // (Megatron-LM since 2022, Korthikanti et al. section 6; the GPU presets). Off for Megatron 2021
+  // (Narayanan et al.'s runs) and for a CPU calibration: tensorpar's trainer runs them on a comm
+  // thread, but there the collectives are copies by the same cores, so nothing hides.
   bool tp_overlap = false;
+  // Norms, residual adds, dropout and the activation function run as fused kernels (Megatron's),
+  // not an op at a time (tensorpar's trainer): less memory traffic, docs/planner.md.
+  bool fused_elementwise = false;
 };
 
 struct ClusterSpec {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "plan/search.h"
 
 namespace tensorpar::plan {
@@ -49,12 +50,33 @@ const std::vector<PublishedRun>& published_runs() {
   return runs;
 }
 
+const std::vector<PublishedLayerTime>& published_layer_times() {
+  static const std::vector<PublishedLayerTime> rows = {
+      {"no recompute", false, Recompute::kNone, 19.6},
+      {"sp", true, Recompute::kNone, 19.0},
+      {"full recompute", false, Recompute::kFull, 27.2},
+      {"selective", false, Recompute::kSelective, 20.9},
+      {"selective + sp", true, Recompute::kSelective, 20.3},
+  };
+  return rows;
+}
+
+ClusterSpec published_cluster(const std::string& source) {
+  ClusterSpec c = cluster_preset("dgx-a100-80g");
+  if (source == "narayanan2021") {
+    // Fitted on Table 1's calibration rows (fit_efficiency("narayanan2021")).
+    c.eff.gemm_max = 0.64;
+    c.eff.dp_overlap = true;
+    c.eff.tp_overlap = false;
+  } else {
+    TP_CHECK(source == "korthikanti2022", "[published_cluster] unknown source \"", source, "\"");
+  }
+  return c;
+}
+
 RunCheck check_published_run(const PublishedRun& r, const ClusterSpec& cluster) {
   ClusterSpec c = cluster;
   c.nodes = (r.gpus + c.devices_per_node - 1) / c.devices_per_node;
-  // The 2022 software overlaps the backward's TP collectives with the weight gradients
-  // (Korthikanti et al. 2022, section 6); the 2021 software did not.
-  c.eff.tp_overlap = r.source == "korthikanti2022";
   if (r.gpus < c.devices_per_node) {  // one partial node
     c.nodes = 1;
     c.devices_per_node = r.gpus;
@@ -82,23 +104,51 @@ RunCheck check_published_run(const PublishedRun& r, const ClusterSpec& cluster) 
   return out;
 }
 
-EfficiencySpec fit_efficiency(const ClusterSpec& cluster) {
-  ClusterSpec c = cluster;
+namespace {
+const ModelSpec& layer_model() {  // Table 4's 22B model
+  static const ModelSpec m = megatron_gpt(48, 6144, 64, kVocab, kSeq);
+  return m;
+}
+}  // namespace
+
+LayerCheck check_published_layer(const PublishedLayerTime& r, const ClusterSpec& cluster) {
+  TrainPlan p;
+  p.tp = 8;
+  p.micro_batch = 4;
+  p.sp = r.sp;
+  p.recompute = r.recompute;
+  LayerCheck out;
+  out.row = r;
+  out.predicted_ms = 1e3 * layer_seconds(layer_model(), cluster, p, kSeq);
+  out.error = (out.predicted_ms - r.ms) / r.ms;
+  return out;
+}
+
+EfficiencySpec fit_efficiency(const std::string& source) {
+  ClusterSpec c = published_cluster(source);
+  const bool table1 = source == "narayanan2021";
+  auto mean_error = [&] {
+    double err = 0;
+    int n = 0;
+    if (table1) {
+      for (const PublishedRun& r : published_runs())
+        if (r.calibration && r.source == source)
+          err += std::fabs(check_published_run(r, c).error), ++n;
+    } else {
+      for (const PublishedLayerTime& r : published_layer_times())
+        err += std::fabs(check_published_layer(r, c).error), ++n;
+    }
+    return err / n;
+  };
   EfficiencySpec best = c.eff;
   double best_err = 1e30;
-  for (int overlap = 0; overlap <= 1; ++overlap) {
-    for (double gmax = 0.50; gmax <= 1.0001; gmax += 0.01) {
-      {
-        c.eff.gemm_max = gmax;
-        c.eff.dp_overlap = overlap == 1;
-        double err = 0;
-        for (const PublishedRun& r : published_runs())
-          if (r.calibration) err += std::fabs(check_published_run(r, c).error);
-        if (err < best_err) {
-          best_err = err;
-          best = c.eff;
-        }
-      }
+  // Table 4 is one layer of one data-parallel replica: it cannot tell dp_overlap.
+  for (int overlap = 0; overlap <= (table1 ? 1 : 0); ++overlap) {
+    for (int step = 50; step <= 100; ++step) {
+      c.eff.gemm_max = step / 100.0;
+      if (table1) c.eff.dp_overlap = overlap == 1;
+      const double err = mean_error();
+      if (err < best_err) best_err = err, best = c.eff;
     }
   }
   return best;

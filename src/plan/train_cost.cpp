@@ -120,22 +120,44 @@ LayerCost layer_cost(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& 
   }
   lc.gemm = fwd_all * linear;
   lc.attention = fwd_attn * gemm_time(c, 2 * b * s * s * l.q, 2);
-  // Memory-bound work, elements read + written: norms, residual adds, dropout, activation
-  // function, and (without a fused attention kernel) the s x s softmax.
-  const double rep = (m.dropout ? 16 : 10) * tok * C / (p.sp ? p.tp : 1);
-  const double act = (m.mlp == MlpMatrices::kGated ? 3 : 2) * tok * l.ffn * k;
+  // Memory-bound work, elements read + written per token and hidden element (over tp ranks under
+  // SP: norms, residual adds, dropout) and per inner element (the activation function); without a
+  // fused attention kernel the s x s scale-mask-softmax(-dropout), backward twice its forward.
+  // eff.fused_elementwise (Megatron's fused kernels): forward two norms (2 each) and two residual
+  // adds (3 each; bias-dropout-adds 3.5 with a 1-byte mask), backward 12 (17 with dropout); the
+  // activation function 2 (3 gated) forward, 3 (5 gated) backward. Otherwise (an op at a time, as
+  // tensorpar's trainer runs them): forward 10 (16 with dropout) and 2 (3 gated), backward twice
+  // the forward. Full recomputation runs the forward again, selective the scores.
+  const bool gated = m.mlp == MlpMatrices::kGated;
+  double rep_fwd = m.dropout ? 16 : 10, rep_bwd = 2 * rep_fwd;
+  const double act_fwd = gated ? 3 : 2;
+  double act_bwd = 2 * act_fwd;
+  if (c.eff.fused_elementwise) {
+    rep_fwd = m.dropout ? 11 : 10, rep_bwd = m.dropout ? 17 : 12;
+    act_bwd = gated ? 5 : 3;
+  }
+  const double rep = tok * C / (p.sp ? p.tp : 1), act = tok * l.ffn * k;
   const double scores = c.eff.fused_attention ? 0 : (m.dropout ? 4.5 : 2) * b * l.heads * s * s;
-  lc.elementwise = memory_time(c, act_bytes * (fwd_all * (rep + act) + fwd_attn * scores));
-  // TP: 2 all-reduces forward, 2 backward, 2 more with full recomputation; under SP each is an
-  // all-gather plus a reduce-scatter of the same bytes.
+  const double forwards = p.recompute == Recompute::kFull ? 2 : 1;
+  lc.elementwise = memory_time(c, act_bytes * (forwards * (rep_fwd * rep + act_fwd * act) +
+                                               rep_bwd * rep + act_bwd * act + fwd_attn * scores));
+  // TP: an all-reduce after each row-parallel layer forward (2), one for each column-parallel
+  // layer's input gradient (2), the recomputed forward's 2 under full recomputation. Under SP each
+  // is an all-gather plus a reduce-scatter of the same bytes, and the backward gathers the
+  // column-parallel layers' inputs again (only this rank's rows were kept): 2 all-gathers more.
   const double n_ar = 4 + (p.recompute == Recompute::kFull ? 2 : 0);
   const double bytes = act_bytes * tok * C;
   const GroupShape tp{p.tp, 1};
-  const double one = p.sp ? 2 * all_gather_time(c, tp, bytes) : all_reduce_time(c, tp, bytes);
-  lc.tp_comm = n_ar * one;
-  // eff.tp_overlap: the backward's two collectives (the input gradients) run while the weight
-  // gradients' GEMMs (one forward's worth of linear GEMM time) compute.
-  if (c.eff.tp_overlap) lc.tp_comm -= std::min(2 * one, linear);
+  const double half = all_gather_time(c, tp, bytes);  // an all-gather or a reduce-scatter
+  const double one = p.sp ? 2 * half : all_reduce_time(c, tp, bytes);
+  const double regather = p.sp ? 2 * half : 0;
+  lc.tp_comm = n_ar * one + regather;
+  // eff.tp_overlap: the column-parallel layers' input-gradient collectives (all-reduces, or
+  // reduce-scatters under SP) run during the weight-gradient GEMMs, SP's re-gathers during the
+  // input-gradient GEMMs (each one forward's linear GEMM time). Under SP the gradient's
+  // all-gathers before the row-parallel layers' backward stay exposed.
+  if (c.eff.tp_overlap)
+    lc.tp_comm -= std::min(p.sp ? 2 * half : 2 * one, linear) + std::min(regather, linear);
   // EP: dispatch and combine all-to-alls of the routed tokens, forward and backward.
   if (m.is_moe() && p.ep > 1)
     lc.ep_comm = n_ar * all_to_all_time(c, {p.ep, p.tp}, act_bytes * tok * k * C);
@@ -151,6 +173,11 @@ double head_time(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, d
 }
 
 }  // namespace
+
+double layer_seconds(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, double seq,
+                     double act_bytes) {
+  return layer_cost(m, c, p, seq, act_bytes).total();
+}
 
 double layer_activation_bytes(const ModelSpec& m, double b, double s, int tp, bool sp, Recompute r,
                               bool fused_attention, bool fused_qkv_copy) {
@@ -245,8 +272,9 @@ TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const Tra
     dp_time = std::max(0.0, dp_time - per_micro * 2 / (2 + fwd_units));
   }
   e.time.dp_comm = dp_time;
-  // AdamW reads weights, grads, master weights and two moments, and writes all but the grads.
-  const double adam_bytes = 2 * (w.weight_bytes + w.optimizer_bytes) + w.grad_bytes;
+  // AdamW reads weights, grads, master weights and two moments, and writes all but the grads;
+  // the gradient norm (clipping) reads the grads once more, and zeroing them writes them.
+  const double adam_bytes = 2 * (w.weight_bytes + w.optimizer_bytes) + 3 * w.grad_bytes;
   e.time.optimizer = memory_time(c, adam_bytes * params / (p.zero == 1 ? p.dp : 1));
   // Ranks time-slicing a CPU's cores unevenly (3 on 2): TP and PP ranks meet every layer or
   // micro-batch, so they run at the pace of the core that holds the most of them; DP ranks meet

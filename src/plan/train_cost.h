@@ -71,6 +71,12 @@ std::string train_plan_problem(const ModelSpec& m, const ClusterSpec& c, const T
 TrainEstimate estimate_train(const ModelSpec& m, const ClusterSpec& c, const TrainWorkload& w,
                              const TrainPlan& p);
 
+// Seconds one micro-batch of `seq` tokens per sequence takes through one transformer layer on
+// the plan's devices: forward, backward and any recomputation (Korthikanti et al. 2022, Table 4's
+// measure).
+double layer_seconds(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& p, double seq,
+                     double act_bytes = 2);
+
 // Activation bytes one layer holds for one micro-batch between its forward and backward
 // (Korthikanti et al. 2022, generalised to GQA and gated MLPs; 16-bit activations).
 // `fused_attention`: no s x s scores are kept (flash attention); `fused_qkv_copy`: the fused

@@ -23,6 +23,7 @@ ClusterSpec ideal(int devices) {
   c.devices_per_node = devices;
   c.intra.latency_s = c.inter.latency_s = 0;
   c.eff.link = 1;
+  c.eff.tp_overlap = false;  // every collective on the critical path
   return c;
 }
 
@@ -111,6 +112,25 @@ TEST(TrainCost, TpOverlapHidesTheBackwardsTwoCollectives) {
                 1e-12);
     EXPECT_EQ(overlapped.time.gemm, plain.time.gemm);
   }
+}
+
+// Under SP the backward gathers the column-parallel layers' inputs again (2 all-gathers, half an
+// all-reduce each): 5 all-reduces' worth a layer instead of 4. With tp_overlap the re-gathers and
+// the input gradients' reduce-scatters hide behind GEMMs, but the gradients' all-gathers before the
+// row-parallel layers' backward do not: 3 exposed against 2 without SP.
+TEST(TrainCost, SequenceParallelGathersTheInputsAgainInTheBackward) {
+  const ModelSpec m = gpt();
+  ClusterSpec c = ideal(8);
+  const TrainWorkload w{8, 1024};
+  const TrainPlan plain{4, 1, 2, 1, false, 1, 1, Recompute::kSelective, 0};
+  TrainPlan sp = plain;
+  sp.sp = true;
+  auto sp_over_plain = [&] {
+    return estimate_train(m, c, w, sp).time.tp_comm / estimate_train(m, c, w, plain).time.tp_comm;
+  };
+  EXPECT_NEAR(sp_over_plain(), 5.0 / 4, 1e-9);
+  c.eff.tp_overlap = true;
+  EXPECT_NEAR(sp_over_plain(), 3.0 / 2, 1e-9);
 }
 
 // Four ranks time-slicing two cores: a pipeline of 4 stages takes the node's work over its cores,
