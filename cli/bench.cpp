@@ -1,4 +1,5 @@
 // `tensorpar bench <name>`: the benchmarks of bench/, each a sub-subcommand.
+#include "attention_bench.h"
 #include "cli/commands.h"
 #include "comm_bench.h"
 #include "decode_batch_bench.h"
@@ -13,6 +14,7 @@ void add_bench_command(CLI::App& app) {
   add_comm_bench(*bench);
   add_gemm_bench(*bench);
   add_decode_batch_bench(*bench);
+  add_attention_bench(*bench);
 }
 
 }  // namespace tensorpar::cli

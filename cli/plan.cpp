@@ -88,6 +88,8 @@ void run_calibrate(const PlanOptions& o) {
   const std::string gemm = run_self("bench gemm --json --threads 1");
   std::fprintf(stderr, "[plan] measuring: bench gemm --quant --rows 1 --threads 1\n");
   const std::string quant = run_self("bench gemm --quant --json --threads 1 --rows 1");
+  std::fprintf(stderr, "[plan] measuring: bench attention --threads 1\n");
+  const std::string attention = run_self("bench attention --json --threads 1");
   const std::string comm =
       run_self("bench comm --json --threads-per-rank 1 --op all_reduce --ranks " +
                std::to_string(devices) + " --min-bytes 8 --max-bytes 16M");
@@ -95,6 +97,7 @@ void run_calibrate(const PlanOptions& o) {
   const auto comm_rows = parse_comm_bench(comm, &mem_bw);
   ClusterSpec c = calibrate_cluster(parse_gemm_bench(gemm, "f32"), comm_rows, mem_bw, devices,
                                     8.0 * 1024 * 1024 * 1024);
+  fit_attention(c, parse_attention_bench(attention));
   c.reserved_bytes = process_base / devices;
   c.cores_per_node = int(available_cpus().size());  // ranks beyond them time-slice the cores
   c.weight_stream_Bps = parse_quant_stream_bench(quant);

@@ -38,6 +38,15 @@ std::vector<GemmSample> parse_gemm_bench(const std::string& text, const std::str
   return out;
 }
 
+std::vector<AttentionSample> parse_attention_bench(const std::string& text) {
+  std::vector<AttentionSample> out;
+  for_json_lines(text, [&](const nlohmann::json& j) {
+    if (j.value("bench", "") != "attention") return;
+    out.push_back({j.value("seq", 0.0), j.value("train_gflops", 0.0) * 1e9});
+  });
+  return out;
+}
+
 std::vector<CommSample> parse_comm_bench(const std::string& text, double* memory_Bps) {
   std::vector<CommSample> out;
   for_json_lines(text, [&](const nlohmann::json& j) {
@@ -125,6 +134,27 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
   c.inter = c.intra;
   c.validate("plan --calibrate");
   return c;
+}
+
+void fit_attention(ClusterSpec& c, const std::vector<AttentionSample>& samples) {
+  if (samples.empty()) return;
+  TP_CHECK(c.peak_flops > 0, "[plan --calibrate] fit_attention needs the peak first");
+  double best = 1e300;
+  for (double amax = 0.02; amax <= 1.0001; amax += 0.01) {
+    for (double lh = 0; lh <= 4; lh += 0.02) {  // half-rate sequence 1 .. 10^4
+      const double half = std::pow(10.0, lh);
+      double err = 0;
+      for (const auto& a : samples) {
+        const double pred = c.peak_flops * std::min(1.0, amax) * a.seq / (a.seq + half);
+        err += std::pow(std::log(pred / a.flops_per_s), 2);
+      }
+      if (err < best) {
+        best = err;
+        c.eff.attention_max = std::min(1.0, amax);
+        c.eff.attention_half_seq = half;
+      }
+    }
+  }
 }
 
 }  // namespace tensorpar::plan

@@ -39,8 +39,20 @@ double fastest_weight_stream(const std::vector<GemmSample>& gemm);
 // memory bandwidth per device = the fastest weight stream of an M = 1 GEMM (what decode does;
 // `memory_Bps` from the comm bench's memcpy, shared by the ranks, is the fallback); link latency
 // from the smallest all-reduce, bandwidth from the largest (ring formula inverted).
+struct AttentionSample {
+  double seq = 0;
+  double flops_per_s = 0;  // forward + backward, the full T x T square counted
+};
+// `bench attention --json` rows (their training rate).
+std::vector<AttentionSample> parse_attention_bench(const std::string& text);
+
 ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
                               const std::vector<CommSample>& comm, double memory_Bps, int devices,
                               double memory_bytes);
+
+// Sets c.eff.attention_max and attention_half_seq: least squares in log rate of
+// peak x max x seq / (seq + half) against the samples (c.peak_flops already set). No samples:
+// unchanged.
+void fit_attention(ClusterSpec& c, const std::vector<AttentionSample>& samples);
 
 }  // namespace tensorpar::plan

@@ -114,6 +114,8 @@ void ClusterSpec::validate(const std::string& where) const {
   TP_CHECK(eff.gemm_max > 0 && eff.gemm_max <= 1 && eff.memory > 0 && eff.memory <= 1 &&
                eff.link > 0 && eff.link <= 1 && eff.gemm_half_flops >= 0,
            "[", where, "] efficiencies must be in (0, 1]");
+  TP_CHECK(eff.attention_max >= 0 && eff.attention_max <= 1 && eff.attention_half_seq >= 0, "[",
+           where, "] attention_max must be in [0, 1] and attention_half_seq >= 0");
 }
 
 ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where) {
@@ -146,6 +148,8 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
     c.eff.dp_overlap = e.value("dp_overlap", c.eff.dp_overlap);
     c.eff.tp_overlap = e.value("tp_overlap", c.eff.tp_overlap);
     c.eff.fused_elementwise = e.value("fused_elementwise", c.eff.fused_elementwise);
+    c.eff.attention_max = e.value("attention_max", c.eff.attention_max);
+    c.eff.attention_half_seq = e.value("attention_half_seq", c.eff.attention_half_seq);
     c.eff.fused_attention = e.value("fused_attention", c.eff.fused_attention);
     c.eff.tensorpar_buffers = e.value("tensorpar_buffers", c.eff.tensorpar_buffers);
   }
@@ -172,6 +176,8 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"dp_overlap", c.eff.dp_overlap},
             {"tp_overlap", c.eff.tp_overlap},
             {"fused_elementwise", c.eff.fused_elementwise},
+            {"attention_max", c.eff.attention_max},
+            {"attention_half_seq", c.eff.attention_half_seq},
             {"fused_attention", c.eff.fused_attention},
             {"tensorpar_buffers", c.eff.tensorpar_buffers}}}};
   if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);

@@ -38,6 +38,11 @@ struct EfficiencySpec {
   // Norms, residual adds, dropout and the activation function run as fused kernels (Megatron's),
   // not an op at a time (tensorpar's trainer): less memory traffic, docs/planner.md.
   bool fused_elementwise = false;
+  // Training's attention kernels (FLOPs of the full T x T square): peak x attention_max x
+  // s / (s + attention_half_seq) at sequence length s, fitted by --calibrate on `bench attention`.
+  // 0: they run at the GEMM curve (the GPU presets).
+  double attention_max = 0;
+  double attention_half_seq = 0;
 };
 
 struct ClusterSpec {

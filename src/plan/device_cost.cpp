@@ -26,6 +26,13 @@ double gemm_time(const ClusterSpec& c, double flops, double count) {
   return count * flops / (c.peak_flops * compute_share(c) * gemm_efficiency(c.eff, flops));
 }
 
+double attention_time(const ClusterSpec& c, double flops, double seq, double count) {
+  if (c.eff.attention_max <= 0) return gemm_time(c, flops, count);
+  if (flops <= 0 || count <= 0) return 0;
+  const double eff = c.eff.attention_max * seq / (seq + c.eff.attention_half_seq);
+  return count * flops / (c.peak_flops * compute_share(c) * eff);
+}
+
 namespace {
 
 // A device's share of a shared memory bus (all devices of the node streaming at once), or its own

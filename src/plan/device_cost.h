@@ -20,6 +20,9 @@ double compute_share(const ClusterSpec& c);
 double lockstep_slowdown(const ClusterSpec& c);
 // Time of `count` GEMMs of `flops` each.
 double gemm_time(const ClusterSpec& c, double flops, double count = 1);
+// Time of `count` attention score/context products of `flops` each at sequence length `seq`:
+// at the calibrated attention curve (EfficiencySpec::attention_max), else as GEMMs.
+double attention_time(const ClusterSpec& c, double flops, double seq, double count = 1);
 double memory_time(const ClusterSpec& c, double bytes);
 // Time to stream `bytes` of decode weights in `format` (ClusterSpec::weight_stream_Bps, else
 // memory_time).

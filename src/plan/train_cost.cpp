@@ -119,7 +119,7 @@ LayerCost layer_cost(const ModelSpec& m, const ClusterSpec& c, const TrainPlan& 
     linear += gemm_time(c, 2 * tok * C * l.ffn, mlp_mats(m));
   }
   lc.gemm = fwd_all * linear;
-  lc.attention = fwd_attn * gemm_time(c, 2 * b * s * s * l.q, 2);
+  lc.attention = fwd_attn * attention_time(c, 2 * b * s * s * l.q, s, 2);
   // Memory-bound work, elements read + written per token and hidden element (over tp ranks under
   // SP: norms, residual adds, dropout) and per inner element (the activation function); without a
   // fused attention kernel the s x s scale-mask-softmax(-dropout), backward twice its forward.

@@ -479,6 +479,21 @@ class Output(Workdir):
             self.assertEqual(len(per_round), 3, r.stdout)
             self.assertAlmostEqual(float(row[3].rstrip("x")), sorted(per_round)[1], delta=0.006)
 
+    def test_bench_attention_rows_are_what_calibrate_reads(self):
+        r = run(["bench", "attention", "--json", "--threads", "1", "--seq", "16,48", "--head-size", "8",
+                 "--naive"])
+        self.assert_ok(r)
+        rows = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual([x["seq"] for x in rows], [16, 48], r.stdout)
+        for x in rows:
+            self.assertEqual((x["bench"], x["batch"], x["head_size"]), ("attention", 2048 // x["seq"], 8))
+            for key in ("forward_gflops", "backward_gflops", "train_gflops", "reference_train_gflops"):
+                self.assertGreater(x[key], 0, key)
+            # Both passes together: between the two rates (3 units of work at 1 + 2 of them).
+            lo, hi = sorted((x["forward_gflops"], x["backward_gflops"]))
+            self.assertTrue(lo * 0.999 <= x["train_gflops"] <= hi * 1.001, x)
+        self.assert_fails(run(["bench", "attention", "--seq", "0"]), "--seq")
+
     def test_errors_from_the_ranks_have_no_launcher_prefix(self):
         line = self.assert_fails(run(["generate", "-m", self.model_dir, "-p", "hi", "--ctx", "1000"]), "--ctx")
         self.assertFalse(line.startswith("error: [launch_ranks]"), line)

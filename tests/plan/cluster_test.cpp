@@ -166,6 +166,37 @@ TEST(Calibrate, RecoversTheGeneratingConstants) {
   EXPECT_DOUBLE_EQ(rows[1].flops_per_s, 5e9);
 }
 
+TEST(Calibrate, AttentionCurveFromTheBenchRows) {
+  // `bench attention --json` rows generated at 0.6 of a 100 GFLOP/s peak, half rate at T = 50.
+  std::string text = "causal GQA attention ...\n";
+  for (double T : {128.0, 256.0, 512.0, 2048.0})
+    text += "{\"bench\":\"attention\",\"seq\":" + std::to_string(int(T)) +
+            ",\"forward_gflops\":1.0,\"train_gflops\":" + std::to_string(60 * T / (T + 50)) + "}\n";
+  const auto rows = parse_attention_bench(text);
+  ASSERT_EQ(rows.size(), 4u);
+  ClusterSpec c = cluster_preset("this-machine");
+  c.peak_flops = 100e9;
+  c.devices_per_node = 1;
+  EXPECT_EQ(c.eff.attention_max, 0);
+  const double as_gemm = attention_time(c, 1e9, 128);
+  EXPECT_DOUBLE_EQ(as_gemm, gemm_time(c, 1e9));  // uncalibrated: the GEMM curve
+  fit_attention(c, rows);
+  EXPECT_NEAR(c.eff.attention_max, 0.6, 0.006);
+  EXPECT_NEAR(c.eff.attention_half_seq, 50, 2.5);
+  // 1 GFLOP at T = 128 and at T = 2048: the rows' own rates.
+  EXPECT_NEAR(attention_time(c, 1e9, 128), 1.0 / (60 * 128 / 178.0), 0.01 / (60 * 128 / 178.0));
+  EXPECT_NEAR(attention_time(c, 1e9, 2048), 1.0 / (60 * 2048 / 2098.0), 0.01 / 58.0);
+  const ClusterSpec back = cluster_from_json(cluster_to_json(c), "round trip");
+  EXPECT_DOUBLE_EQ(back.eff.attention_max, c.eff.attention_max);
+  EXPECT_DOUBLE_EQ(back.eff.attention_half_seq, c.eff.attention_half_seq);
+  nlohmann::json bad = cluster_to_json(c);
+  bad["efficiency"]["attention_max"] = 1.5;
+  EXPECT_THROW(cluster_from_json(bad, "bad.json"), std::exception);
+  ClusterSpec none = c;
+  fit_attention(none, {});
+  EXPECT_EQ(none.eff.attention_max, c.eff.attention_max);
+}
+
 TEST(Calibrate, QuantizedWeightStreamsArePerTypeMediansAtOneRow) {
   // Rows of `bench gemm --quant --json`: M = 1 rows count (median over the shapes), M > 1 do not.
   const std::string text =
