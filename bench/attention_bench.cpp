@@ -20,6 +20,7 @@ struct AttentionBenchOptions {
   bool naive = false;
   int threads = 0;
   int64_t head_size = 64;
+  int64_t tokens = 2048;  // per problem: B = tokens / T sequences (at least 1)
   std::vector<int64_t> seqs{128, 256, 512, 1024, 2048};
 };
 
@@ -45,7 +46,7 @@ void run_attention_bench(const AttentionBenchOptions& o) {
                 o.naive ? "  reference (train)" : "");
   for (int64_t T : o.seqs) {
     AttentionDims d;
-    d.B = std::max<int64_t>(1, 2048 / T);  // about as many tokens per row
+    d.B = std::max<int64_t>(1, o.tokens / T);  // about as many tokens per row
     d.T = T, d.T_kv = T, d.NH = 8, d.NKV = 2, d.HS = o.head_size;
     Problem p(d);
     auto forward = [&p] {
@@ -99,6 +100,8 @@ void add_attention_bench(CLI::App& bench) {
   cmd->add_option("--threads", opt->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--head-size", opt->head_size, "Head size")->check(CLI::Range(1, 1024));
+  cmd->add_option("--tokens", opt->tokens, "Tokens per problem: tokens / T sequences (at least 1)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--seq", opt->seqs, "Sequence lengths (default 128,256,512,1024,2048)")
       ->delimiter(',')
       ->check(CLI::Range(int64_t(1), int64_t(1) << 16));

@@ -88,8 +88,11 @@ void run_calibrate(const PlanOptions& o) {
   const std::string gemm = run_self("bench gemm --json --threads 1");
   std::fprintf(stderr, "[plan] measuring: bench gemm --quant --rows 1 --threads 1\n");
   const std::string quant = run_self("bench gemm --quant --json --threads 1 --rows 1");
+  // Sequences of 64-256 tokens, 512 a problem: the curve's knee (half rate near 60 on the CPUs
+  // measured), in about a second.
   std::fprintf(stderr, "[plan] measuring: bench attention --threads 1\n");
-  const std::string attention = run_self("bench attention --json --threads 1");
+  const std::string attention =
+      run_self("bench attention --json --threads 1 --tokens 512 --seq 64,128,256");
   const std::string comm =
       run_self("bench comm --json --threads-per-rank 1 --op all_reduce --ranks " +
                std::to_string(devices) + " --min-bytes 8 --max-bytes 16M");

@@ -43,6 +43,8 @@ MPIEXEC = os.environ.get("TP_MPIEXEC", "")
 COMM_TIMEOUT = float(os.environ.get("TENSORPAR_COMM_TIMEOUT", "300"))
 # A hung collective fails after COMM_TIMEOUT; a command that takes 4x that plus two minutes is stuck.
 RUN_TIMEOUT = 4 * COMM_TIMEOUT + 120
+# `plan --calibrate` runs every benchmark it fits (minutes under sanitizers): twice that.
+CALIBRATE_TIMEOUT = 2 * RUN_TIMEOUT
 LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE", "PMIX_SIZE")
 BASE_ENV = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
 
@@ -405,7 +407,8 @@ class ReadmeCommands(unittest.TestCase):
         before = {p.name for p in root.glob("step-*")} if root and root.is_dir() else set()
         r = subprocess.run(["bash", "-c", "set -o pipefail\n" + script], cwd=cls.work, input=stdin,
                            capture_output=True, encoding="utf-8", errors="replace",
-                           env=dict(BASE_ENV, **cls.vars), timeout=RUN_TIMEOUT)
+                           env=dict(BASE_ENV, **cls.vars),
+                           timeout=CALIBRATE_TIMEOUT if "--calibrate" in script else RUN_TIMEOUT)
         after = {p.name for p in root.glob("step-*")} if root and root.is_dir() else set()
         return Run(cmd, variant, script, r.returncode, r.stdout, r.stderr, after - before)
 
