@@ -21,16 +21,22 @@ double lockstep_slowdown(const ClusterSpec& c) {
   return compute_share(c) * busiest;
 }
 
-double gemm_time(const ClusterSpec& c, double flops, double count) {
+namespace {
+// `count` pieces of work of `flops` each at `efficiency` of the device's share of its peak.
+double compute_time(const ClusterSpec& c, double flops, double count, double efficiency) {
   if (flops <= 0 || count <= 0) return 0;
-  return count * flops / (c.peak_flops * compute_share(c) * gemm_efficiency(c.eff, flops));
+  return count * flops / (c.peak_flops * compute_share(c) * efficiency);
+}
+}  // namespace
+
+double gemm_time(const ClusterSpec& c, double flops, double count) {
+  return compute_time(c, flops, count, gemm_efficiency(c.eff, flops));
 }
 
 double attention_time(const ClusterSpec& c, double flops, double seq, double count) {
   if (c.eff.attention_max <= 0) return gemm_time(c, flops, count);
-  if (flops <= 0 || count <= 0) return 0;
-  const double eff = c.eff.attention_max * seq / (seq + c.eff.attention_half_seq);
-  return count * flops / (c.peak_flops * compute_share(c) * eff);
+  return compute_time(c, flops, count,
+                      c.eff.attention_max * seq / (seq + c.eff.attention_half_seq));
 }
 
 namespace {
