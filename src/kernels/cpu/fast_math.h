@@ -11,11 +11,14 @@
 
 // Run-time ISA dispatch (GCC/Clang ifunc): one body, compiled for each target. Not under the
 // sanitizers: an ifunc resolver runs before their runtime is up (a crash at load under TSan).
-// The AVX2 clone is the x86-64-v3 level (AVX2 with FMA and F16C), which the resolver checks by
-// feature: "avx2" alone has no FMA (std::fma a libm call), and "arch=haswell" is checked by CPU
-// model, so no AMD CPU would ever run it.
+// The clones are ISA levels, which the resolver checks by feature: x86-64-v3 (AVX2 with FMA and
+// F16C) and x86-64-v4 (v3 with AVX-512 F/BW/DQ/VL). "avx2" alone has no FMA (std::fma a libm
+// call), and "arch=haswell" is checked by CPU model, so no AMD CPU would ever run it. "avx512f"
+// alone has FMA only at 512 bits: the 256-bit and scalar remainders of a loop then multiply and
+// add in two roundings where its 512-bit body fuses them, so an element's bits depended on where
+// a loop's bounds put it (a TP shard's width, a key block's start).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define TP_VECTOR_CLONES __attribute__((target_clones("avx512f", "arch=x86-64-v3", "default")))
+#define TP_VECTOR_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define TP_VECTOR_CLONES
 #endif
