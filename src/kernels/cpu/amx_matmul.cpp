@@ -20,6 +20,8 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/bf16_operands.h"
+#include "kernels/cpu/parallel_if.h"
+#include "kernels/cpu/stealing_schedule.h"
 
 namespace tensorpar {
 
@@ -57,17 +59,19 @@ constexpr auto round_up = round_up_to;
 // Packed activations: [M / 16 blocks][K / 2 pairs][16 rows][2] bf16, zero past M and K.
 void pack_activations(const Operands& o, uint16_t* xb) {
   const int64_t mblocks = round_up(o.M, kTileRows) / kTileRows, pairs = round_up(o.K, kTileK) / 2;
-#pragma omp parallel for schedule(static) if (o.M * o.K > (int64_t(1) << 16))
-  for (int64_t mb = 0; mb < mblocks; ++mb) {
-    uint16_t* dst = xb + mb * pairs * kTileRows * 2;
-    std::memset(dst, 0, size_t(pairs * kTileRows * 2) * sizeof(uint16_t));
-    for (int r = 0; r < kTileRows; ++r) {
-      const int64_t m = mb * kTileRows + r;
-      if (m >= o.M) break;
-      const float* x = o.x + m * o.ldx;
-      for (int64_t k = 0; k < o.K; ++k) dst[(k / 2) * kTileRows * 2 + r * 2 + (k & 1)] = f32_to_bf16(x[k]).bits;
+  parallel_if(o.M * o.K > (int64_t(1) << 16), [&] {
+#pragma omp for schedule(static)
+    for (int64_t mb = 0; mb < mblocks; ++mb) {
+      uint16_t* dst = xb + mb * pairs * kTileRows * 2;
+      std::memset(dst, 0, size_t(pairs * kTileRows * 2) * sizeof(uint16_t));
+      for (int r = 0; r < kTileRows; ++r) {
+        const int64_t m = mb * kTileRows + r;
+        if (m >= o.M) break;
+        const float* x = o.x + m * o.ldx;
+        for (int64_t k = 0; k < o.K; ++k) dst[(k / 2) * kTileRows * 2 + r * 2 + (k & 1)] = f32_to_bf16(x[k]).bits;
+      }
     }
-  }
+  });
 }
 
 #define TP_AMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
@@ -161,12 +165,13 @@ void run(const Operands& o, uint16_t* xb, const uint16_t* n_tail) {
   const int64_t mblocks = round_up(o.M, kTileRows) / kTileRows;
   const int64_t jobs_n = (nblocks + 1) / 2;  // pairs of weight blocks
   const int64_t tail_ld = round_up(o.K, kTileK);
-#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  {
+  // Each thread streams its own stretch of weight rows; a late thread's tail is shared.
+  const bool parallel = o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16);
+  StealingSchedule schedule(jobs_n, parallel);
+  parallel_if(parallel, [&] {
     configure_tiles();
     alignas(64) uint16_t k_tail[2 * kTileRows * kTileK];
-#pragma omp for schedule(static)
-    for (int64_t jn = 0; jn < jobs_n; ++jn) {
+    schedule.for_each([&](int64_t jn) {
       Job j{};
       j.n0 = jn * 2 * kTileRows;
       const int nb = int(std::min<int64_t>(2, nblocks - jn * 2));
@@ -190,9 +195,9 @@ void run(const Operands& o, uint16_t* xb, const uint16_t* n_tail) {
         else
           tile_job<1, 1>(o, j, xb, k_tail);
       }
-    }
+    });
     release_tiles();
-  }
+  });
 }
 
 }  // namespace

@@ -17,12 +17,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "kernels/cpu/avx512_reduce.h"
 #include "kernels/cpu/bf16_operands.h"
 #include "kernels/cpu/half_convert.h"
+#include "kernels/cpu/parallel_if.h"
+#include "kernels/cpu/stealing_schedule.h"
 #include "kernels/cpu/unroll.h"
 
 namespace tensorpar {
@@ -150,8 +153,13 @@ TP_AVX512BF16 void weight_rows(const Operands& o, int64_t n0, int64_t m_begin, i
 TP_AVX512BF16 void run(const Operands& o) {
   const int64_t wrows = o.M <= kStreamMaxRows ? 1 : kWRows;  // weight rows per block
   const int64_t blocks = (o.N + wrows - 1) / wrows;
-#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  {
+  // Per chunk of input rows, each thread streams its own stretch of weight rows; a late thread's
+  // tail is shared. The chunks write disjoint outputs: a thread goes on to the next without a
+  // barrier.
+  const bool parallel = o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16);
+  std::vector<StealingSchedule> chunks;
+  for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) chunks.emplace_back(blocks, parallel);
+  parallel_if(parallel, [&] {
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < o.M; ++m) {
       uint16_t* dst = const_cast<uint16_t*>(o.xb) + m * o.Kp;
@@ -160,10 +168,9 @@ TP_AVX512BF16 void run(const Operands& o) {
       std::memset(dst + o.K, 0, size_t(o.Kp - o.K) * sizeof(uint16_t));
     }
     alignas(64) float partial[(kRowChunk + kXRows - 1) / kXRows * kPartialFloats];
-    for (int64_t c0 = 0; c0 < o.M; c0 += kRowChunk) {
-      const int64_t c1 = std::min(o.M, c0 + kRowChunk);
-#pragma omp for schedule(static)
-      for (int64_t b = 0; b < blocks; ++b) {
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const int64_t c0 = int64_t(c) * kRowChunk, c1 = std::min(o.M, c0 + kRowChunk);
+      chunks[c].for_each([&](int64_t b) {
         const int64_t n0 = b * wrows;
         static_assert(kWRows == 6, "the cases below are kWRows ... 1");
         switch (std::min<int64_t>(wrows, o.N - n0)) {
@@ -174,9 +181,9 @@ TP_AVX512BF16 void run(const Operands& o) {
           case 2: weight_rows<2>(o, n0, c0, c1, partial); break;
           default: weight_rows<1>(o, n0, c0, c1, partial); break;
         }
-      }
+      });
     }
-  }
+  });
 }
 
 }  // namespace

@@ -19,8 +19,10 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/parallel_if.h"
 #include "kernels/cpu/quant_matmul_kernels.h"
 #include "kernels/cpu/quant_unpack_avx512.h"
+#include "kernels/cpu/stealing_schedule.h"
 #include "kernels/cpu/target_isa.h"
 #include "kernels/cpu/unroll.h"
 
@@ -246,11 +248,12 @@ TP_AVX512 void run_avx512(const Operands& o) {
   const int64_t tiles = (o.N + kWTile512 - 1) / kWTile512;
   // The dequantized tile's buffer only where quant_tile uses it (not for 1-2 rows of a legacy type).
   const bool buffered = dtype_is_quantized(o.wt) && (dtype_is_kquant(o.wt) || o.M > kQuantInRegisterRows);
-#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  {
+  // Each thread streams its own stretch of tiles; a late thread's tail is shared.
+  const bool parallel = o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16);
+  StealingSchedule schedule(tiles, parallel);
+  parallel_if(parallel, [&] {
     std::vector<float> deq(buffered ? size_t(kWTile512 * o.K) : 0);
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
+    schedule.for_each([&](int64_t t) {
       const int64_t n0 = t * kWTile512, n1 = std::min(o.N, n0 + kWTile512);
       switch (o.wt) {
         case DType::kF32: tile512<Float512<DType::kF32>>(o, n0, n1); break;
@@ -268,8 +271,8 @@ TP_AVX512 void run_avx512(const Operands& o) {
         case DType::kQ5_K: quant_tile<DType::kQ5_K>(o, n0, n1, deq); break;
         default: quant_tile<DType::kQ6_K>(o, n0, n1, deq); break;
       }
-    }
-  }
+    });
+  });
 }
 
 // ---- AVX2 with FMA and F16C: each dot's 16 lanes as two 8-lane halves, the fma sequence and the
@@ -368,12 +371,12 @@ TP_AVX2 void tile256(const Operands& o, int64_t n0, int64_t n1) {
 TP_AVX2 void run_avx2(const Operands& o) {
   const int64_t tiles = (o.N + kWTile2 - 1) / kWTile2;
   const bool quant = dtype_is_quantized(o.wt);
-#pragma omp parallel if (o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16))
-  {
+  const bool parallel = o.N * o.K * std::max<int64_t>(1, o.M) > (int64_t(1) << 16);
+  StealingSchedule schedule(tiles, parallel);
+  parallel_if(parallel, [&] {
     // Quantized weights: the tile's rows dequantized by dequantize_row (the portable loop's values).
     std::vector<float> deq(quant ? size_t(kWTile2 * o.K) : 0);
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
+    schedule.for_each([&](int64_t t) {
       const int64_t n0 = t * kWTile2, n1 = std::min(o.N, n0 + kWTile2);
       switch (o.wt) {
         case DType::kF32: tile256<DType::kF32>(o, n0, n1); break;
@@ -388,8 +391,8 @@ TP_AVX2 void run_avx2(const Operands& o) {
           tile256<DType::kF32>(q, 0, n1 - n0);
         }
       }
-    }
-  }
+    });
+  });
 }
 
 // With FMA on AVX2 machines (TP_VECTOR_CLONES: std::fma would otherwise be a libm call per
