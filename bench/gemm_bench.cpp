@@ -389,11 +389,13 @@ void run_quant_bench(const GemmBenchOptions& opt) {
         }
         const double gb = double(w.nbytes()) * 1e-9, gf = 2.0 * double(M * N * K) * 1e-9;
         if (opt.json) {
-          // The kernel inference uses by default: int8 where the CPU has it, else row-wise.
+          // The kernel inference uses by default (what plan --calibrate reads): the row-packed
+          // layout where inference keeps it, else int8 where the CPU has it, else row-wise.
+          const double t_default = tp > 0 && int8_packed_rows_preferred(t) ? tp : ti > 0 ? ti : tr;
           std::printf("{\"bench\":\"gemm_quant\",\"type\":\"%s\",\"m\":%lld,\"n\":%lld,\"k\":%lld,"
                       "\"rowwise_weight_gbps\":%.3f,\"rowwise_gflops\":%.2f,\"default_weight_gbps\":%.3f",
                       std::string(dtype_name(t)).c_str(), (long long)M, (long long)N, (long long)K, gb / tr,
-                      gf / tr, gb / (ti > 0 ? ti : tr));
+                      gf / tr, gb / t_default);
           if (ti > 0) std::printf(",\"int8_weight_gbps\":%.3f,\"int8_gflops\":%.2f", gb / ti, gf / ti);
           if (tp > 0)
             std::printf(",\"packed_weight_gbps\":%.3f,\"packed_gflops\":%.2f,\"packed_vs_int8\":%.3f", gb / tp, gf / tp,
