@@ -4,6 +4,8 @@
 // meet the same moments of a shared machine (its memory bandwidth moves with other tenants). Per
 // R: the median step over the rounds, and its tokens/s against one row as the median of each
 // round's own ratio. The tokens are fixed ids (no sampling: only the forward is measured).
+// Without --model, a Llama of random f32 weights shaped by --layers ... --vocab (what `plan
+// --calibrate` times: a decode step's cost besides its weight stream).
 #include "decode_batch_bench.h"
 
 #include <algorithm>
@@ -28,7 +30,28 @@ struct DecodeBenchOptions {
   std::vector<int64_t> rows = {1, 4, 16, 64};
   int64_t context = 64, steps = 16;
   int repeats = 5, tp = 1, threads_per_rank = 0;
+  bool json = false;
+  // A random Llama when there is no --model.
+  int64_t layers = 4, hidden = 256, heads = 4, kv_heads = 0, ffn = 0, vocab = 1024;
 };
+
+ModelConfig random_llama_config(const DecodeBenchOptions& o) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.vocab_size = o.vocab;
+  c.hidden = o.hidden;
+  c.n_layers = o.layers;
+  c.n_heads = o.heads;
+  c.n_kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  c.head_dim = o.hidden / o.heads;
+  c.ffn = o.ffn > 0 ? o.ffn : (8 * o.hidden / 3 + 63) / 64 * 64;
+  c.max_position = o.context + o.steps * o.repeats + 16;
+  c.norm_eps = 1e-5;
+  c.tie_embeddings = true;
+  c.validate("bench decode (random Llama)");
+  return c;
+}
+
 
 using Clock = std::chrono::steady_clock;
 
@@ -49,7 +72,7 @@ void run_decode_bench(const DecodeBenchOptions& o) {
   launch_ranks(lc, [&](Communicator& world) {
     LoadOptions lo;
     lo.float_weights = o.dtype == "auto" ? std::nullopt : std::optional(dtype_from_name(o.dtype));
-    auto m = load_model(o.model, world, lo);
+    auto m = o.model.empty() ? init_model(random_llama_config(o), world, 1) : load_model(o.model, world, lo);
     m->set_int8_activations(true);  // as the inference commands do: the weights as the int8 kernel reads them
     const int64_t V = m->config().vocab_size, Vl = m->vocab_range().size();
     const bool lead = world.rank() == 0;
@@ -89,18 +112,42 @@ void run_decode_bench(const DecodeBenchOptions& o) {
         ms[i].push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / double(o.steps));
       }
     if (!lead) return;
+    const auto one = std::find(o.rows.begin(), o.rows.end(), int64_t(1));
+    // One row count's tokens/s over one row's: the median of each round's own ratio.
+    auto ratios = [&](size_t i) {
+      std::vector<double> r;
+      if (one == o.rows.end()) return r;
+      const auto& base = ms[size_t(one - o.rows.begin())];
+      for (size_t k = 0; k < ms[i].size(); ++k) r.push_back(double(batches[i].R) * base[k] / ms[i][k]);
+      return r;
+    };
+    const ModelConfig& c = m->config();
+    if (o.json) {
+      // The context a timed step attends over, on average: the prompt and half the steps.
+      const double mean_context = double(o.context) + double(o.steps * o.repeats) / 2;
+      for (size_t i = 0; i < batches.size(); ++i) {
+        const std::vector<double> r = ratios(i);
+        std::printf("{\"bench\":\"decode\",\"rows\":%lld,\"tp\":%d,\"layers\":%lld,\"hidden\":%lld,"
+                    "\"heads\":%lld,\"kv_heads\":%lld,\"head_dim\":%lld,\"mean_context\":%.1f,"
+                    "\"weight_bytes_per_rank\":%lld,\"ms_per_step\":%.4f,\"tokens_per_s\":%.2f,"
+                    "\"vs_one_row\":%.4f}\n",
+                    (long long)batches[i].R, world.size(), (long long)c.n_layers, (long long)c.hidden,
+                    (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.head_dim, mean_context,
+                    (long long)m->weight_bytes(), median(ms[i]), double(batches[i].R) * 1000.0 / median(ms[i]),
+                    r.empty() ? 0.0 : median(r));
+      }
+      std::fflush(stdout);
+      return;
+    }
     std::printf("decode: %s, tp %d; %lld-token context per sequence; %d rounds of %lld steps per row count, "
                 "interleaved (medians)\n%6s %12s %12s %10s %s\n",
-                m->config().summary().c_str(), world.size(), (long long)o.context, o.repeats, (long long)o.steps,
+                c.summary().c_str(), world.size(), (long long)o.context, o.repeats, (long long)o.steps,
                 "rows", "ms/step", "tokens/s", "vs 1 row", "(per round)");
-    const auto one = std::find(o.rows.begin(), o.rows.end(), int64_t(1));
     for (size_t i = 0; i < batches.size(); ++i) {
       const double step_ms = median(ms[i]), tok_s = double(batches[i].R) * 1000.0 / step_ms;
+      const std::vector<double> r = ratios(i);
       std::string ratio = "-", rounds;
-      if (one != o.rows.end()) {
-        const auto& base = ms[size_t(one - o.rows.begin())];
-        std::vector<double> r(ms[i].size());
-        for (size_t k = 0; k < r.size(); ++k) r[k] = double(batches[i].R) * base[k] / ms[i][k];
+      if (!r.empty()) {
         char buf[32];
         std::snprintf(buf, sizeof buf, "%.3fx", median(r));
         ratio = buf;
@@ -121,7 +168,24 @@ void run_decode_bench(const DecodeBenchOptions& o) {
 void add_decode_batch_bench(CLI::App& bench) {
   auto o = std::make_shared<DecodeBenchOptions>();
   CLI::App* cmd = bench.add_subcommand("decode", "Batched decode: tokens/s of R sequences decoding together");
-  cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face directory")->required();
+  CLI::Option* model = cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face directory");
+  // Without --model: a Llama of random f32 weights of this shape.
+  struct ShapeFlag {
+    const char* flag;
+    int64_t* value;
+    const char* help;
+    int64_t min;
+  };
+  const ShapeFlag shape[] = {
+      {"--layers", &o->layers, "No --model: a random Llama's layers", 1},
+      {"--hidden", &o->hidden, "No --model: its hidden size", 1},
+      {"--heads", &o->heads, "No --model: its attention heads (head size hidden / heads)", 1},
+      {"--kv-heads", &o->kv_heads, "No --model: its kv heads (0 = heads)", 0},
+      {"--ffn", &o->ffn, "No --model: its MLP size (0 = 8/3 hidden rounded to 64)", 0},
+      {"--vocab", &o->vocab, "No --model: its vocabulary", 1}};
+  for (const ShapeFlag& f : shape)
+    cmd->add_option(f.flag, *f.value, f.help)->check(CLI::Range(f.min, int64_t(1) << 20))->excludes(model);
+  cmd->add_flag("--json", o->json, "One JSON object per row count (ms_per_step, tokens_per_s, mean_context, ...)");
   cmd->add_option("--dtype", o->dtype, "Float weights in memory: auto | f32 | bf16")
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_option("--rows", o->rows, "Sequences decoding together (comma-separated; 1 first gives the ratio)")

@@ -157,4 +157,48 @@ void fit_attention(ClusterSpec& c, const std::vector<AttentionSample>& samples) 
   }
 }
 
+std::vector<DecodeSample> parse_decode_bench(const std::string& text) {
+  std::vector<DecodeSample> out;
+  for_json_lines(text, [&](const nlohmann::json& j) {
+    if (j.value("bench", "") != "decode" || j.value("rows", 0) != 1) return;
+    const double layers = j.value("layers", 0.0);
+    const double per_layer = 4 * j.value("heads", 0.0) / j.value("tp", 1.0) *
+                             j.value("head_dim", 0.0) * j.value("mean_context", 0.0);
+    out.push_back({layers, layers * per_layer, j.value("weight_bytes_per_rank", 0.0),
+                   j.value("ms_per_step", 0.0) * 1e-3});
+  });
+  return out;
+}
+
+void fit_decode(ClusterSpec& c, const std::vector<DecodeSample>& samples) {
+  TP_CHECK(c.memory_Bps > 0, "[plan --calibrate] fit_decode needs the memory bandwidth first");
+  // Normal equations of y = x0 + x1 layers + x2 attention MFLOPs (x2 = 1e6 / rate).
+  double a[3][4] = {};
+  for (const DecodeSample& s : samples) {
+    const double row[3] = {1, s.layers, s.attention_flops * 1e-6};
+    const double y = s.seconds - s.weight_bytes / c.memory_Bps;
+    for (int i = 0; i < 3; ++i) {
+      for (int k = 0; k < 3; ++k) a[i][k] += row[i] * row[k];
+      a[i][3] += row[i] * y;
+    }
+  }
+  const double scale[3] = {a[0][0], a[1][1], a[2][2]};
+  for (int col = 0; col < 3; ++col) {  // Gauss-Jordan; the matrix is symmetric positive semidefinite
+    TP_CHECK(a[col][col] > 1e-9 * scale[col], "[plan --calibrate] ",
+             samples.size(),
+             " decode samples do not vary both the layer count and the context: cannot fit");
+    for (int r = 0; r < 3; ++r) {
+      if (r == col) continue;
+      const double f = a[r][col] / a[col][col];
+      for (int k = col; k < 4; ++k) a[r][k] -= f * a[col][k];
+    }
+  }
+  const double per_layer = a[1][3] / a[1][1], per_flop = a[2][3] / a[2][2] * 1e-6;
+  TP_CHECK(per_layer > 0 && per_flop > 0, "[plan --calibrate] decode fit not positive: ",
+           per_layer * 1e6, " us a layer, ", per_flop > 0 ? 1e-9 / per_flop : 0.0,
+           " GFLOP/s attention (a busy machine? run it again)");
+  c.eff.decode_layer_s = per_layer;
+  c.eff.decode_attention_flops = 1 / per_flop;
+}
+
 }  // namespace tensorpar::plan

@@ -55,4 +55,18 @@ ClusterSpec calibrate_cluster(const std::vector<GemmSample>& gemm,
 // unchanged.
 void fit_attention(ClusterSpec& c, const std::vector<AttentionSample>& samples);
 
+struct DecodeSample {
+  double layers = 0;
+  double attention_flops = 0;  // a step's, all layers: 4 x heads x head size x mean context each
+  double weight_bytes = 0;     // streamed a step (f32: at c.memory_Bps)
+  double seconds = 0;          // a step
+};
+// `bench decode --json` rows of one row (R = 1).
+std::vector<DecodeSample> parse_decode_bench(const std::string& text);
+// Sets c.eff.decode_layer_s and decode_attention_flops: least squares of
+// step - weights / memory_Bps = base + layers x decode_layer_s + attention_flops / rate over
+// the samples, which must vary both the layer count and the context (c.memory_Bps already set).
+// Throws on samples that do not determine the three, or on a fit that is not positive.
+void fit_decode(ClusterSpec& c, const std::vector<DecodeSample>& samples);
+
 }  // namespace tensorpar::plan

@@ -116,6 +116,8 @@ void ClusterSpec::validate(const std::string& where) const {
            "[", where, "] efficiencies must be in (0, 1]");
   TP_CHECK(eff.attention_max >= 0 && eff.attention_max <= 1 && eff.attention_half_seq >= 0, "[",
            where, "] attention_max must be in [0, 1] and attention_half_seq >= 0");
+  TP_CHECK(eff.decode_layer_s >= 0 && eff.decode_attention_flops >= 0, "[", where,
+           "] decode_layer_us and decode_attention_gflops must be >= 0");
 }
 
 ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where) {
@@ -150,6 +152,9 @@ ClusterSpec cluster_from_json(const nlohmann::json& j, const std::string& where)
     c.eff.fused_elementwise = e.value("fused_elementwise", c.eff.fused_elementwise);
     c.eff.attention_max = e.value("attention_max", c.eff.attention_max);
     c.eff.attention_half_seq = e.value("attention_half_seq", c.eff.attention_half_seq);
+    c.eff.decode_layer_s = e.value("decode_layer_us", c.eff.decode_layer_s * 1e6) * 1e-6;
+    c.eff.decode_attention_flops =
+        e.value("decode_attention_gflops", c.eff.decode_attention_flops * 1e-9) * 1e9;
     c.eff.fused_attention = e.value("fused_attention", c.eff.fused_attention);
     c.eff.tensorpar_buffers = e.value("tensorpar_buffers", c.eff.tensorpar_buffers);
   }
@@ -178,6 +183,8 @@ nlohmann::json cluster_to_json(const ClusterSpec& c) {
             {"fused_elementwise", c.eff.fused_elementwise},
             {"attention_max", c.eff.attention_max},
             {"attention_half_seq", c.eff.attention_half_seq},
+            {"decode_layer_us", c.eff.decode_layer_s * 1e6},
+            {"decode_attention_gflops", c.eff.decode_attention_flops * 1e-9},
             {"fused_attention", c.eff.fused_attention},
             {"tensorpar_buffers", c.eff.tensorpar_buffers}}}};
   if (!c.weight_stream_Bps.empty()) j["device"]["weight_stream_gbps"] = rates_to_json(c.weight_stream_Bps);

@@ -43,6 +43,12 @@ struct EfficiencySpec {
   // 0: they run at the GEMM curve (the GPU presets).
   double attention_max = 0;
   double attention_half_seq = 0;
+  // A decode step's work besides its weight stream, per layer, fitted by --calibrate on `bench
+  // decode` of a small random model: decode_layer_s fixed seconds a layer (norms, RoPE, the
+  // kernels' set-up, the thread team), and decode attention (one query row a head, 4 HS FLOPs a
+  // head and context token) at decode_attention_flops FLOP/s. 0: neither (the GPU presets).
+  double decode_layer_s = 0;
+  double decode_attention_flops = 0;
 };
 
 struct ClusterSpec {

@@ -86,6 +86,7 @@ nlohmann::json serve_estimate_json(const ServeEstimate& e) {
             {"decode_weights_ms", e.decode_weights_s * 1e3},
             {"decode_kv_ms", e.decode_kv_s * 1e3},
             {"decode_compute_ms", e.decode_compute_s * 1e3},
+            {"decode_other_ms", e.decode_other_s * 1e3},
             {"decode_comm_ms", e.decode_comm_s * 1e3}}}};
 }
 

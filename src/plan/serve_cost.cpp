@@ -64,16 +64,23 @@ double decode_step_time(const ModelSpec& m, const ClusterSpec& c, const ServeWor
   const double kv = group * context * kv_bytes_per_token(m, w, p);
   const double layers = layers_per_stage(m, p);
   const double q_local = double(ceil_div(m.heads, p.tp) * m.head_dim);
-  const double flops =
-      2 * active_params_local(m, p) * group + 4 * group * context * q_local * layers;
+  const double attention_flops = 4 * group * context * q_local * layers;
+  // A calibrated CPU: attention at its decode rate and a fixed time a layer, after the weight
+  // stream (one core does one after the other); else attention overlaps it as GEMM work.
+  const bool calibrated = c.eff.decode_attention_flops > 0;
+  const double flops = 2 * active_params_local(m, p) * group + (calibrated ? 0 : attention_flops);
   const double mem_t = weight_stream_time(c, weights, w.weight_format), kv_t = memory_time(c, kv);
   const double gemm_t = gemm_time(c, flops);
+  const double other_t =
+      layers * c.eff.decode_layer_s / compute_share(c) +
+      (calibrated ? attention_flops / (c.eff.decode_attention_flops * compute_share(c)) : 0);
   const double comm = 2 * layers * all_reduce_time(c, {p.tp, 1}, 2 * group * double(m.hidden));
-  const double stage = std::max(mem_t + kv_t, gemm_t) + comm;
+  const double stage = std::max(mem_t + kv_t, gemm_t) + other_t + comm;
   if (out) {
     out->decode_weights_s = p.pp * mem_t;
     out->decode_kv_s = p.pp * kv_t;
     out->decode_compute_s = p.pp * gemm_t;
+    out->decode_other_s = p.pp * other_t;
     out->decode_comm_s = p.pp * comm + (p.pp - 1) * pp_hop(m, c, p, group);
   }
   return p.pp * stage + (p.pp - 1) * pp_hop(m, c, p, group);

@@ -41,6 +41,7 @@ struct ServeEstimate {
   // Breakdown of the two latencies.
   double prefill_compute_s = 0, prefill_comm_s = 0;
   double decode_weights_s = 0, decode_kv_s = 0, decode_compute_s = 0, decode_comm_s = 0;
+  double decode_other_s = 0;  // attention and the fixed time a layer (EfficiencySpec::decode_*)
 };
 
 // Empty when the plan is valid on the cluster, else why not.

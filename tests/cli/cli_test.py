@@ -479,6 +479,30 @@ class Output(Workdir):
             self.assertEqual(len(per_round), 3, r.stdout)
             self.assertAlmostEqual(float(row[3].rstrip("x")), sorted(per_round)[1], delta=0.006)
 
+    def test_bench_decode_random_model_rows_are_what_calibrate_reads(self):
+        # No --model: a random Llama of the given shape; one JSON row per row count, with the
+        # mean context a timed step attends over (the prompt and half the steps).
+        r = run(["bench", "decode", "--json", "--layers", "3", "--hidden", "32", "--heads", "2",
+                 "--ffn", "48", "--vocab", "64", "--rows", "1,2", "--context", "8", "--steps", "4",
+                 "--repeats", "2", "--threads-per-rank", "1"])
+        self.assert_ok(r)
+        rows = [json.loads(l) for l in lines(r.stdout)]
+        self.assertEqual([x["rows"] for x in rows], [1, 2], r.stdout)
+        for x in rows:
+            self.assertEqual((x["bench"], x["layers"], x["hidden"], x["heads"], x["head_dim"]),
+                             ("decode", 3, 32, 2, 16))
+            self.assertEqual(x["mean_context"], 8 + 4 * 2 / 2)
+            # f32: 3 layers of q, k, v, o (32 x 32 each) and gate, up, down (32 x 48), norms, and
+            # the tied 64 x 32 embedding, 4 bytes each.
+            params = 3 * (4 * 32 * 32 + 3 * 32 * 48 + 2 * 32) + 32 + 64 * 32
+            self.assertEqual(x["weight_bytes_per_rank"], 4 * params)
+            self.assertGreater(x["ms_per_step"], 0)
+        self.assertEqual(rows[0]["vs_one_row"], 1.0)
+        # A model file and a random shape at once is a usage error, not a silent choice.
+        r = run(["bench", "decode", "-m", self.model_dir, "--layers", "2"])
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("excludes", r.stderr)
+
     def test_bench_attention_rows_are_what_calibrate_reads(self):
         r = run(["bench", "attention", "--json", "--threads", "1", "--seq", "16,48", "--head-size", "8",
                  "--naive"])

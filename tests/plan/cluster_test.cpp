@@ -197,6 +197,45 @@ TEST(Calibrate, AttentionCurveFromTheBenchRows) {
   EXPECT_EQ(none.eff.attention_max, c.eff.attention_max);
 }
 
+TEST(Calibrate, DecodeTermsFromTheBenchRows) {
+  // `bench decode --json` rows made by a machine that spends 20 us a layer, runs decode attention
+  // at 8 GFLOP/s, 50 us a step besides the layers and streams f32 weights at 10 GB/s.
+  const double layer_s = 20e-6, rate = 8e9, base_s = 50e-6, bw = 10e9;
+  std::string text = "decode: ...\n";
+  for (auto [layers, context] : {std::pair{4, 56.0}, {12, 56.0}, {12, 536.0}, {8, 300.0}}) {
+    const double weights = 115e3 * layers, flops = layers * 4.0 * 1 * 64 * context;
+    const double ms = 1e3 * (base_s + layers * layer_s + flops / rate + weights / bw);
+    text += "{\"bench\":\"decode\",\"rows\":1,\"tp\":1,\"layers\":" + std::to_string(layers) +
+            ",\"heads\":1,\"head_dim\":64,\"mean_context\":" + std::to_string(context) +
+            ",\"weight_bytes_per_rank\":" + std::to_string(weights) +
+            ",\"ms_per_step\":" + std::to_string(ms) + "}\n";
+    // Rows of more than one sequence are not the one-row decode the fit is about.
+    text += "{\"bench\":\"decode\",\"rows\":4,\"layers\":2,\"ms_per_step\":9.0}\n";
+  }
+  const auto rows = parse_decode_bench(text);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_DOUBLE_EQ(rows[2].attention_flops, 12 * 4.0 * 64 * 536);
+  ClusterSpec c = cluster_preset("this-machine");
+  c.memory_Bps = bw;
+  fit_decode(c, rows);
+  EXPECT_NEAR(c.eff.decode_layer_s, layer_s, 1e-3 * layer_s);  // ms_per_step has 6 decimals
+  EXPECT_NEAR(c.eff.decode_attention_flops, rate, 1e-3 * rate);
+  const ClusterSpec back = cluster_from_json(cluster_to_json(c), "round trip");
+  EXPECT_NEAR(back.eff.decode_layer_s, c.eff.decode_layer_s, 1e-15);
+  EXPECT_NEAR(back.eff.decode_attention_flops, c.eff.decode_attention_flops, 1e-3);
+  nlohmann::json bad = cluster_to_json(c);
+  bad["efficiency"]["decode_layer_us"] = -1;
+  EXPECT_THROW(cluster_from_json(bad, "bad.json"), std::exception);
+  // One context only: the layer and attention terms cannot be told apart.
+  std::vector<DecodeSample> one_context = {rows[0], rows[1]};
+  EXPECT_THROW(fit_decode(c, one_context), std::exception);
+  EXPECT_THROW(fit_decode(c, {}), std::exception);
+  // A machine whose longer context ran faster (noise): no negative rate.
+  std::vector<DecodeSample> noisy = {rows[0], rows[1], rows[2]};
+  noisy[2].seconds = noisy[1].seconds * 0.9;
+  EXPECT_THROW(fit_decode(c, noisy), std::exception);
+}
+
 TEST(Calibrate, QuantizedWeightStreamsArePerTypeMediansAtOneRow) {
   // Rows of `bench gemm --quant --json`: M = 1 rows count (median over the shapes), M > 1 do not.
   const std::string text =

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Closure of the planner on this machine: predicted vs measured tensorpar training step time
 and peak memory for every (tp, pp, dp) on 1-4 ranks (one thread each; more ranks than cores
-time-slice them), and decode speed of the default SmolLM2 model at tp 1 and 2, after
+time-slice them), and decode steps of the default SmolLM2 model at tp 1 and 2, after
 `tensorpar plan --calibrate` for each rank count. Prints a Markdown table (docs/planner.md)
 and draws docs/img/planner_closure.png (predicted against measured; standard library only).
 
@@ -82,17 +82,21 @@ def predict_train(a, cluster, tp, pp, dp, mb):
 
 
 def measure_decode(a, tp):
-    cmd = [a.run_bin, "generate", "--model", GGUF, "--tp", str(tp), "--threads-per-rank", "1",
-           "--max-tokens", str(a.tokens), "--prompt", PROMPT, "--json"]
+    """One decode step of SmolLM2 at one sequence (`bench decode`: steady state after a prompt of
+    --context tokens, no end-of-sequence stop); returns (seconds, prompt tokens, output tokens)."""
+    steps, repeats = 16, max(1, a.tokens // 16)
+    cmd = [a.run_bin, "bench", "decode", "--model", GGUF, "--tp", str(tp), "--threads-per-rank", "1",
+           "--rows", "1", "--context", str(a.context), "--steps", str(steps), "--repeats", str(repeats),
+           "--json"]
     out, _ = run(cmd)
     j = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-    return 1.0 / j["decode_tok_s"], j
+    return j["ms_per_step"] * 1e-3, a.context, steps * repeats
 
 
-def predict_decode(a, cluster, tp, prompt_tokens):
+def predict_decode(a, cluster, tp, prompt_tokens, output_tokens):
     cmd = [a.plan_bin, "plan", "--model", GGUF, "--mode", "serve", "--cluster", cluster,
            "--devices", str(tp), "--fix", f"tp={tp},pp=1", "--concurrency", "1",
-           "--prompt-tokens", str(prompt_tokens), "--output-tokens", str(a.tokens), "--json"]
+           "--prompt-tokens", str(prompt_tokens), "--output-tokens", str(output_tokens), "--json"]
     plan = json.loads(run(cmd)[0])["plans"][0]
     return plan["itl_ms"] * 1e-3
 
@@ -136,7 +140,8 @@ def main():
     ap.add_argument("--run-bin", default=os.path.join(REPO, "build/bin/tensorpar"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=64, help="decode steps timed per round")
+    ap.add_argument("--context", type=int, default=48, help="decode's prompt tokens")
     ap.add_argument("--cluster", help="use these cluster files instead of calibrating: a path "
                     "with {n} for the rank count (2, 3, 4), as --save writes them")
     ap.add_argument("--png")
@@ -165,7 +170,7 @@ def main():
             measured["train"][f"{tp},{pp},{dp},{mb}"] = [measure_train(a, tp, pp, dp, mb) for _ in range(a.rounds)]
         for tp in (1, 2):
             runs = [measure_decode(a, tp) for _ in range(a.rounds)]
-            measured["decode"][str(tp)] = [[x[0], int(x[1].get("prompt_tokens", 40))] for x in runs]
+            measured["decode"][str(tp)] = [list(x) for x in runs]
         if a.save:
             json.dump(measured, open(a.save, "w"), indent=1)
     rows, points = [], []
@@ -183,7 +188,10 @@ def main():
     for key, meas in measured["decode"].items():
         tp = int(key)
         itl = statistics.median(x[0] for x in meas)
-        pred = predict_decode(a, clusters[max(2, tp)], tp, meas[0][1])
+        # Saves before bench decode (runs A-E: `generate`, ~10 tokens to its end of sequence)
+        # hold [seconds, prompt tokens]; their output tokens were --tokens 32.
+        pred = predict_decode(a, clusters[max(2, tp)], tp, meas[0][1],
+                              meas[0][2] if len(meas[0]) > 2 else 32)
         rows.append((f"decode ITL, SmolLM2 Q4_1, tp {tp}", itl * 1e3, pred * 1e3, "ms",
                      [round(x[0] * 1e3, 2) for x in meas]))
         points.append((itl, pred, RED))

@@ -56,6 +56,25 @@ TEST(ServeCost, DecodeStreamsWeightsAtTheirFormatsMeasuredRate) {
   EXPECT_GT(slow.itl_s, plain.itl_s);
 }
 
+TEST(ServeCost, CalibratedDecodeAddsAttentionAndATimeALayer) {
+  // A CPU calibration's decode terms: L layers x decode_layer_s and the attention's FLOPs at
+  // decode_attention_flops, after the weight stream; the other terms as without them.
+  const ModelSpec m = llama_70b();
+  ClusterSpec c = cluster_preset("h200x8");
+  ServeWorkload w;
+  w.concurrency = 1;
+  const ServeEstimate plain = estimate_serve(m, c, w, {8, 1, 1});
+  EXPECT_EQ(plain.decode_other_s, 0);
+  c.eff.decode_layer_s = 30e-6, c.eff.decode_attention_flops = 5e9;
+  const ServeEstimate e = estimate_serve(m, c, w, {8, 1, 1});
+  const double context = 512 + 256 / 2.0, q_local = 64 / 8 * 128;
+  const double expected = 80 * 30e-6 + 4 * context * q_local * 80 / 5e9;
+  EXPECT_NEAR(e.decode_other_s, expected, 1e-9);
+  EXPECT_DOUBLE_EQ(e.decode_weights_s, plain.decode_weights_s);
+  EXPECT_DOUBLE_EQ(e.decode_comm_s, plain.decode_comm_s);
+  EXPECT_NEAR(e.itl_s, plain.itl_s + expected, 1e-9);  // weight-bound either way
+}
+
 TEST(ServeCost, LatencyOrderings) {
   const ModelSpec m = llama_70b();
   const ClusterSpec c = cluster_preset("dgx-h100");
