@@ -172,6 +172,8 @@ std::vector<DecodeSample> parse_decode_bench(const std::string& text) {
 
 void fit_decode(ClusterSpec& c, const std::vector<DecodeSample>& samples) {
   TP_CHECK(c.memory_Bps > 0, "[plan --calibrate] fit_decode needs the memory bandwidth first");
+  TP_CHECK(samples.size() >= 3, "[plan --calibrate] need at least 3 one-row bench decode rows, got ",
+           samples.size());
   // Normal equations of y = x0 + x1 layers + x2 attention MFLOPs (x2 = 1e6 / rate).
   double a[3][4] = {};
   for (const DecodeSample& s : samples) {
