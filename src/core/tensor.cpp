@@ -8,6 +8,7 @@
 #include "core/buffer_cache.h"
 #include "core/checked_math.h"
 #include "core/quant.h"
+#include "core/weight_arena.h"
 
 namespace tensorpar {
 
@@ -46,6 +47,10 @@ namespace {
 std::shared_ptr<void> allocate(int64_t nbytes, bool* zeroed) {
   const size_t n = size_t((nbytes + 63) / 64 * 64);
   if (zeroed) *zeroed = false;
+  if (std::shared_ptr<void> p = weight_arena_alloc(n)) {  // never reused: fresh zero pages
+    if (zeroed) *zeroed = true;
+    return p;
+  }
   if (n >= kLargeBufferBytes) {
     bool fresh = false;
     void* p = large_buffer_alloc(n, &fresh);

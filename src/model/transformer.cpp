@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/weight_arena.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "model/transformer_state.h"
 
@@ -208,6 +209,7 @@ void Transformer::set_int8_activations(bool on) {
   // MoE experts keep the GGUF layout (their grouped matmul reads it). A tied head is the
   // embedding table, which looks its rows up through the packed layout.
   const bool packed = on;
+  const WeightArena arena;  // the packed weights side by side in huge pages, in reading order
   for (TransformerLayer& L : layers_) {
     L.attn().qkv().set_row_packed(packed);
     L.attn().o().set_row_packed(packed);
