@@ -34,17 +34,8 @@ size_t page_round(size_t n) { return (n + kPage - 1) / kPage * kPage; }
 // stop at every 4 KiB page boundary of a TLB miss). Where THP is off it is a plain mapping.
 void* map_fresh(size_t bytes) {
   if (bytes < kHugePageFrom) return mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  const size_t span = bytes + kHugePage;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return raw;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > begin) munmap(raw, aligned - begin);
-  if (const size_t tail = begin + span - (aligned + bytes); tail > 0)
-    munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  void* p = reinterpret_cast<void*>(aligned);
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: a kernel without THP ignores it
-  return p;
+  void* p = map_huge_page_aligned(bytes);
+  return p ? p : MAP_FAILED;
 }
 
 struct Cache {
@@ -132,6 +123,20 @@ void release_cached_buffers() {
     c.bytes = 0;
   }
   for (const Cache::Entry& e : all) munmap(e.p, e.bytes);
+}
+
+void* map_huge_page_aligned(size_t bytes) {
+  const size_t span = bytes + kHugePage;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > begin) munmap(raw, aligned - begin);
+  if (const size_t tail = begin + span - (aligned + bytes); tail > 0)
+    munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  void* p = reinterpret_cast<void*>(aligned);
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: a kernel without THP ignores it
+  return p;
 }
 
 BufferCacheBypass::BufferCacheBypass() { ++bypass_depth; }

@@ -21,6 +21,9 @@ namespace tensorpar {
 constexpr size_t kLargeBufferBytes = size_t(1) << 20;   // buffers from here up are mappings
 constexpr size_t kBufferCacheBytes = size_t(256) << 20;  // released mappings kept for reuse
 
+// A fresh anonymous mapping of `bytes` (page-rounded by the kernel) that starts on a 2 MiB
+// boundary, advised MADV_HUGEPAGE; nullptr when mmap fails. Released with munmap(p, bytes).
+void* map_huge_page_aligned(size_t bytes);
 // n >= kLargeBufferBytes. *zeroed: whether the memory is known to be all zero (a fresh mapping).
 void* large_buffer_alloc(size_t n, bool* zeroed);
 // Gives back a buffer of large_buffer_alloc(n): cached (evicting the least recently released

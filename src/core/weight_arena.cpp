@@ -3,14 +3,12 @@
 
 #include <sys/mman.h>
 
-#include <cstdint>
-
+#include "core/buffer_cache.h"
 #include "core/error.h"
 
 namespace tensorpar {
 namespace {
 
-constexpr size_t kHugePage = size_t(2) << 20;
 constexpr size_t kArenaMaxBytes = size_t(4) << 20;  // from here up: buffer_cache's own huge pages
 // Under AddressSanitizer buffers carved side by side would hide an overflow from one into the
 // next: every buffer keeps its own allocation there.
@@ -22,18 +20,9 @@ constexpr bool kArenaOn = true;
 
 thread_local WeightArena* innermost = nullptr;
 
-// A 2 MiB-aligned mapping of `bytes` (a multiple of 2 MiB), advised to use huge pages.
 std::shared_ptr<char> map_chunk(size_t bytes) {
-  const size_t span = bytes + kHugePage;
-  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  TP_CHECK(raw != MAP_FAILED, "[WeightArena] cannot map ", bytes >> 20, " MiB for weights");
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(raw);
-  const uintptr_t aligned = (begin + kHugePage - 1) / kHugePage * kHugePage;
-  if (aligned > begin) munmap(raw, aligned - begin);
-  if (const size_t tail = begin + span - (aligned + bytes); tail > 0)
-    munmap(reinterpret_cast<void*>(aligned + bytes), tail);
-  char* p = reinterpret_cast<char*>(aligned);
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: a kernel without THP ignores it
+  char* p = static_cast<char*>(map_huge_page_aligned(bytes));
+  TP_CHECK(p != nullptr, "[WeightArena] cannot map ", bytes >> 20, " MiB for weights");
   return std::shared_ptr<char>(p, [bytes](char* q) { munmap(q, bytes); });
 }
 
