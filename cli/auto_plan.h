@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "cli/commands.h"
@@ -31,6 +32,7 @@ plan::ModelSpec model_spec_from_config(const ModelConfig& c, const std::string& 
 struct WeightFormat {
   double bytes_per_parameter = 2;
   std::string format = "bf16";
+  std::map<std::string, double> shares;  // each format's fraction of the bytes
 };
 WeightFormat weight_format_of(const std::string& model_path, const std::string& dtype,
                               const plan::ModelSpec& m);

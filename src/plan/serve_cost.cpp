@@ -38,6 +38,15 @@ double kv_bytes_per_token(const ModelSpec& m, const ServeWorkload& w, const Serv
   return 2 * layers_per_stage(m, p) * kv_dim_local(m, p.tp) * w.kv_bytes;
 }
 
+// Time to stream `bytes` of this workload's weights: each format's share at its own rate.
+double stream_time(const ClusterSpec& c, const ServeWorkload& w, double bytes) {
+  if (w.weight_format_shares.empty()) return weight_stream_time(c, bytes, w.weight_format);
+  double t = 0;
+  for (const auto& [format, share] : w.weight_format_shares)
+    t += weight_stream_time(c, share * bytes, format);
+  return t;
+}
+
 double pp_hop(const ModelSpec& m, const ClusterSpec& c, const ServePlan& p, double tokens) {
   if (p.pp == 1) return 0;
   const LinkSpec& link = long(p.tp) * p.pp > c.devices_per_node ? c.inter : c.intra;
@@ -69,7 +78,7 @@ double decode_step_time(const ModelSpec& m, const ClusterSpec& c, const ServeWor
   // stream (one core does one after the other); else attention overlaps it as GEMM work.
   const bool calibrated = c.eff.decode_attention_flops > 0;
   const double flops = 2 * active_params_local(m, p) * group + (calibrated ? 0 : attention_flops);
-  const double mem_t = weight_stream_time(c, weights, w.weight_format), kv_t = memory_time(c, kv);
+  const double mem_t = stream_time(c, w, weights), kv_t = memory_time(c, kv);
   const double gemm_t = gemm_time(c, flops);
   const double other_t =
       layers * c.eff.decode_layer_s / compute_share(c) +
@@ -105,8 +114,7 @@ ServeEstimate estimate_serve(const ModelSpec& m, const ClusterSpec& c, const Ser
   const double layer_gemm = gemm_time(c, (f.linear) / p.tp) + gemm_time(c, f.attention / p.tp);
   const double layer_comm = 2 * all_reduce_time(c, {p.tp, 1}, 2 * T * double(m.hidden));
   const double head = gemm_time(c, 2 * double(m.hidden) * double(m.vocab) / p.tp);  // last token
-  const double weights_read =
-      weight_stream_time(c, double(total_parameters(m)) * w.weight_bytes / p.tp, w.weight_format);
+  const double weights_read = stream_time(c, w, double(total_parameters(m)) * w.weight_bytes / p.tp);
   e.prefill_compute_s = std::max(double(m.layers) * layer_gemm + head, weights_read);
   e.prefill_comm_s = double(m.layers) * layer_comm + (p.pp - 1) * pp_hop(m, c, p, T);
   e.ttft_s = e.prefill_compute_s + e.prefill_comm_s;

@@ -56,6 +56,26 @@ TEST(ServeCost, DecodeStreamsWeightsAtTheirFormatsMeasuredRate) {
   EXPECT_GT(slow.itl_s, plain.itl_s);
 }
 
+TEST(ServeCost, MixedFormatsStreamEachAtItsOwnRate) {
+  // A file whose bytes are 70% q5_0 (streamed at a quarter of the memory bandwidth) and 30% q8_0
+  // (at half): the weight term is the sum of the two shares' times, not all at q5_0's rate.
+  const ModelSpec m = llama_70b();
+  ClusterSpec c = cluster_preset("h200x8");
+  const double bw = c.memory_Bps * c.eff.memory;
+  c.weight_stream_Bps["q5_0"] = bw / 4;
+  c.weight_stream_Bps["q8_0"] = bw / 2;
+  ServeWorkload w;
+  w.weight_bytes = 0.8, w.concurrency = 1, w.weight_format = "q5_0";
+  const ServeEstimate majority = estimate_serve(m, c, w, {8, 1, 1});
+  w.weight_format_shares = {{"q5_0", 0.7}, {"q8_0", 0.3}};
+  const ServeEstimate mixed = estimate_serve(m, c, w, {8, 1, 1});
+  const double bytes = double(total_parameters(m)) * 0.8 / 8;
+  EXPECT_NEAR(majority.decode_weights_s, bytes * 4 / bw, 1e-9);
+  EXPECT_NEAR(mixed.decode_weights_s, 0.7 * bytes * 4 / bw + 0.3 * bytes * 2 / bw, 1e-9);
+  EXPECT_DOUBLE_EQ(mixed.decode_kv_s, majority.decode_kv_s);
+  EXPECT_LT(mixed.itl_s, majority.itl_s);
+}
+
 TEST(ServeCost, CalibratedDecodeAddsAttentionAndATimeALayer) {
   // A CPU calibration's decode terms: L layers x decode_layer_s and the attention's FLOPs at
   // decode_attention_flops, after the weight stream; the other terms as without them.
