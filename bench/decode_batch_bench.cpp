@@ -52,7 +52,6 @@ ModelConfig random_llama_config(const DecodeBenchOptions& o) {
   return c;
 }
 
-
 using Clock = std::chrono::steady_clock;
 
 // R sequences after their prompts, and where the next decode step writes.
