@@ -74,10 +74,9 @@ WeightFormat weight_format_of(const std::string& model_path, const std::string& 
   WeightFormat w;
   const double params = double(total_parameters(m));
   if (total > 0 && params > 0) w.bytes_per_parameter = total / params;
-  double most = 0;
-  for (const auto& [format, n] : bytes) {
-    if (n > most) most = n, w.format = format;
-    if (total > 0) w.shares[format] = n / total;
+  if (total > 0) {
+    w.shares.clear();
+    for (const auto& [format, n] : bytes) w.shares[format] = n / total;
   }
   return w;
 }
@@ -153,8 +152,7 @@ int resolve_inference_tp(const CommonOptions& common, const ModelConfig& config,
   const ClusterSpec c = cluster_for_world(common, world);
   ServeWorkload w;
   const WeightFormat wf = weight_format_of(model_path, dtype, m);
-  w.weight_bytes = wf.bytes_per_parameter, w.weight_format = wf.format;
-  w.weight_format_shares = wf.shares;
+  w.weight_bytes = wf.bytes_per_parameter, w.weight_format_shares = wf.shares;
   w.kv_bytes = 4;     // the KV cache is f32
   w.concurrency = 1;  // ranked by one sequence's time per token
   // One engine serves (no replicas): every TP size up to the world and the heads, one replica.

@@ -26,13 +26,12 @@ int auto_world_size(const CommonOptions& common, std::string* source);
 // The planner's view of a model config (sizes, MLP kind, experts).
 plan::ModelSpec model_spec_from_config(const ModelConfig& c, const std::string& name);
 
-// How a model's weights sit in memory for inference: bytes per parameter and the format that
-// carries most of the bytes ("q4_1", "bf16", ...; plan::ServeWorkload::weight_format).
+// How a model's weights sit in memory for inference: bytes per parameter and each format's share
+// of the bytes ("q4_1", "bf16", ...; plan::ServeWorkload::weight_format_shares).
 // `dtype` is --dtype (auto keeps the file's types, f32 widens 16-bit and block weights are kept).
 struct WeightFormat {
   double bytes_per_parameter = 2;
-  std::string format = "bf16";
-  std::map<std::string, double> shares;  // each format's fraction of the bytes
+  std::map<std::string, double> shares = {{"bf16", 1.0}};
 };
 WeightFormat weight_format_of(const std::string& model_path, const std::string& dtype,
                               const plan::ModelSpec& m);

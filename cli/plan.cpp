@@ -272,8 +272,7 @@ void run_plan(PlanOptions& o) {
       o.serve.weight_bytes = o.weight_bits / 8;
     } else if (!o.model.empty()) {  // the file's own types and bytes
       const WeightFormat wf = weight_format_of(o.model, "auto", m);
-      o.serve.weight_bytes = wf.bytes_per_parameter, o.serve.weight_format = wf.format;
-      o.serve.weight_format_shares = wf.shares;
+      o.serve.weight_bytes = wf.bytes_per_parameter, o.serve.weight_format_shares = wf.shares;
     }
     ServeConstraints pin;
     if (!o.fix.empty()) {

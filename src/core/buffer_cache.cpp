@@ -15,7 +15,6 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr size_t kHugePage = size_t(2) << 20;
-constexpr size_t kHugePageFrom = size_t(4) << 20;
 
 // Under AddressSanitizer a cached buffer is made inaccessible, so a use after release still
 // faults as it did on an unmapped one (ASan does not track mappings); elsewhere that mprotect

@@ -19,6 +19,7 @@
 namespace tensorpar {
 
 constexpr size_t kLargeBufferBytes = size_t(1) << 20;   // buffers from here up are mappings
+constexpr size_t kHugePageFrom = size_t(4) << 20;       // fresh mappings from here up: huge pages
 constexpr size_t kBufferCacheBytes = size_t(256) << 20;  // released mappings kept for reuse
 
 // A fresh anonymous mapping of `bytes` (page-rounded by the kernel) that starts on a 2 MiB

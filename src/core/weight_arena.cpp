@@ -9,7 +9,6 @@
 namespace tensorpar {
 namespace {
 
-constexpr size_t kArenaMaxBytes = size_t(4) << 20;  // from here up: buffer_cache's own huge pages
 // Under AddressSanitizer buffers carved side by side would hide an overflow from one into the
 // next: every buffer keeps its own allocation there.
 #if defined(__SANITIZE_ADDRESS__)
@@ -33,7 +32,7 @@ WeightArena::~WeightArena() { innermost = outer_; }
 
 std::shared_ptr<void> weight_arena_alloc(size_t n) {
   WeightArena* a = innermost;
-  if (!kArenaOn || !a || n < kArenaMinBytes || n >= kArenaMaxBytes) return nullptr;
+  if (!kArenaOn || !a || n < kArenaMinBytes || n >= kHugePageFrom) return nullptr;
   n = (n + 63) / 64 * 64;
   if (a->used_ + n > a->size_) {
     a->size_ = kArenaChunkBytes;

@@ -40,7 +40,7 @@ double kv_bytes_per_token(const ModelSpec& m, const ServeWorkload& w, const Serv
 
 // Time to stream `bytes` of this workload's weights: each format's share at its own rate.
 double stream_time(const ClusterSpec& c, const ServeWorkload& w, double bytes) {
-  if (w.weight_format_shares.empty()) return weight_stream_time(c, bytes, w.weight_format);
+  if (w.weight_format_shares.empty()) return memory_time(c, bytes);
   double t = 0;
   for (const auto& [format, share] : w.weight_format_shares)
     t += weight_stream_time(c, share * bytes, format);

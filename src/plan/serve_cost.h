@@ -16,9 +16,9 @@ struct ServeWorkload {
   int64_t prompt_tokens = 512;
   int64_t output_tokens = 256;
   double weight_bytes = 2;  // per parameter (2: bf16; ~0.56: Q4_1)
-  std::string weight_format;  // "q4_1", "bf16", ...: its measured stream rate if the cluster has one
-  // A file of several formats (a Q4_K_M GGUF: Q5_0, Q8_0, Q6_K, Q4_K): each one's fraction of the
-  // weight bytes, each streamed at its own rate. Empty: every byte is weight_format.
+  // Each weight format's fraction of the bytes ("q4_1", "bf16", ...; a Q4_K_M GGUF is Q5_0, Q8_0,
+  // Q6_K and Q4_K), each streamed at its measured rate if the cluster has one. Empty: all bytes
+  // at the memory bandwidth.
   std::map<std::string, double> weight_format_shares;
   double kv_bytes = 2;      // per KV element
   double slo_ttft_s = 0;    // 0: no target

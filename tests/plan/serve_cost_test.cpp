@@ -47,7 +47,7 @@ TEST(ServeCost, DecodeStreamsWeightsAtTheirFormatsMeasuredRate) {
   ServeWorkload w;
   w.weight_bytes = 0.5625, w.concurrency = 1;
   const ServeEstimate plain = estimate_serve(m, c, w, {8, 1, 1});
-  w.weight_format = "q4_1";
+  w.weight_format_shares = {{"q4_1", 1.0}};
   c.weight_stream_Bps["q4_1"] = c.memory_Bps * c.eff.memory / 2;
   const ServeEstimate slow = estimate_serve(m, c, w, {8, 1, 1});
   EXPECT_NEAR(slow.decode_weights_s, 2 * plain.decode_weights_s, 1e-12);
@@ -65,7 +65,7 @@ TEST(ServeCost, MixedFormatsStreamEachAtItsOwnRate) {
   c.weight_stream_Bps["q5_0"] = bw / 4;
   c.weight_stream_Bps["q8_0"] = bw / 2;
   ServeWorkload w;
-  w.weight_bytes = 0.8, w.concurrency = 1, w.weight_format = "q5_0";
+  w.weight_bytes = 0.8, w.concurrency = 1, w.weight_format_shares = {{"q5_0", 1.0}};
   const ServeEstimate majority = estimate_serve(m, c, w, {8, 1, 1});
   w.weight_format_shares = {{"q5_0", 0.7}, {"q8_0", 0.3}};
   const ServeEstimate mixed = estimate_serve(m, c, w, {8, 1, 1});
