@@ -179,6 +179,13 @@ def main():
             "mem_mb_per_rank": raw[e]["decode"][0].get("weights_kv_mb_per_rank"),
         }
         summary[e]["decode_roofline_fraction"] = summary[e]["decode_tok_s"] * step_bytes / 1e9 / read_gb_s
+        # Each round against the bandwidth sampled around it (the mean of the samples before and
+        # after): another tenant on the memory bus moves the samples by up to 2x within a run, and
+        # the run's median bandwidth can belong to other rounds than the engine's median decode.
+        per_round = [r["decode_tok_s"] * step_bytes / 1e9 / ((bandwidth[i]["read_gb_s"] + bandwidth[i + 1]["read_gb_s"]) / 2)
+                     for i, r in enumerate(raw[e]["decode"])]
+        summary[e]["decode_roofline_fraction_rounds"] = per_round
+        summary[e]["decode_roofline_fraction_round_median"] = med(per_round)
     for name, tp, _ in TP_CONFIGS:
         summary[name]["weight_bytes_per_rank"], file_bytes = tensorpar_weight_bytes(a.bin, a.model, tp)
     meta["model_file_bytes"] = file_bytes
@@ -206,15 +213,17 @@ def main():
     L = summary["llama.cpp x2"]
     print(f"\n{step_bytes / 1e6:.1f} MB of weights read per decode step; read bandwidth {read_gb_s:.1f} GB/s "
           f"({len(cores)} streams, median of {len(bandwidth)}): roofline {read_gb_s * 1e9 / step_bytes:.0f} tok/s")
-    print("\n| engine | prefill tok/s | decode tok/s | of roofline | decode / llama.cpp | prefill / llama.cpp "
-          "| weights per rank MiB | weights + KV per rank MiB |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| engine | prefill tok/s | decode tok/s | of roofline | of roofline, round by round (median) "
+          "| decode / llama.cpp | prefill / llama.cpp | weights per rank MiB | weights + KV per rank MiB |")
+    print("|---|---:|---:|---:|---|---:|---:|---:|---:|")
     for e in engines:
         s = summary[e]
         wb = s.get("weight_bytes_per_rank")
         w = " / ".join(f"{b / 2**20:.1f}" for b in wb) if wb else f"{meta['model_file_bytes'] / 2**20:.1f} (file)"
         m = " / ".join(f"{x:.1f}" for x in s["mem_mb_per_rank"]) if s["mem_mb_per_rank"] else "-"
+        rounds = " ".join(f"{x:.2f}" for x in s["decode_roofline_fraction_rounds"])
         print(f"| {e} | {s['prefill_tok_s']:.1f} | {s['decode_tok_s']:.1f} | {s['decode_roofline_fraction']:.2f} | "
+              f"{rounds} ({s['decode_roofline_fraction_round_median']:.2f}) | "
               f"{s['decode_tok_s'] / L['decode_tok_s']:.2f}x | {s['prefill_tok_s'] / L['prefill_tok_s']:.2f}x | {w} | {m} |")
     print(f"\nprompt tokens (prefill run): " + ", ".join(f"{e} {summary[e]['prompt_tokens']}" for e in engines))
     print(f"generated tokens (decode run): " + ", ".join(f"{e} {summary[e]['decode_tokens']}" for e in engines))
