@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "comm/launch.h"
+#include "fixtures_dir.h"
 #include "infer/generate.h"
 #include "infer/perplexity.h"
 #include "io/gguf.h"
@@ -19,7 +20,7 @@ constexpr int64_t kVocab = 256;
 
 // A 256-token byte-level vocabulary (from the GGUF fixture), with `eos` as end of sequence.
 Tokenizer byte_tokenizer(int32_t eos) {
-  auto f = GgufFile::open(std::string(TP_FIXTURES_DIR) + "/models/llama_gqa_gguf/model-f16.gguf");
+  auto f = GgufFile::open(test::fixtures_dir() + "/models/llama_gqa_gguf/model-f16.gguf");
   const auto& tokens = f->metadata().get_string_array("tokenizer.ggml.tokens");
   return Tokenizer::from_gguf_vocab(tokens, {}, {}, -1, eos, "default");
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "fixtures_dir.h"
 #include "io/safetensors.h"
 #include "io_test_util.h"
 #include "test_util.h"
@@ -350,7 +351,7 @@ TEST(Gguf, BadFilesAreClearErrors) {
 // The project's default model, when scripts have fetched it (models/ is not committed).
 TEST(Gguf, DefaultModelWhenPresent) {
   const std::string path =
-      std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+      test::fixtures_dir() + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path;
   auto g = GgufFile::open(path);
   const GgufMetadata& m = g->metadata();

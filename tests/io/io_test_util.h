@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "fixtures_dir.h"
 
 namespace tensorpar::testing {
 
 inline std::string fixture(const std::string& name) {
-  return std::string(TP_FIXTURES_DIR) + "/io/" + name;
+  return test::fixtures_dir() + "/io/" + name;
 }
 
 // A fresh directory under the test temp dir, unique per test.

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fixtures_dir.h"
 #include "io/safetensors_writer.h"
 #include "model/model_test_util.h"
 #include "model/tokenizer_loader.h"
@@ -230,7 +231,7 @@ TEST(KvCache, IncrementalEqualsFull) {
 // else is refused naming the path.
 TEST(LoadTokenizer, DirectoryAndJsonFileAgree) {
   namespace fs = std::filesystem;
-  const std::string file = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+  const std::string file = test::fixtures_dir() + "/tokenizer/gpt2_trained.tokenizer.json";
   const fs::path dir = fs::temp_directory_path() / ("tp_tok_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   fs::copy_file(file, dir / "tokenizer.json", fs::copy_options::overwrite_existing);

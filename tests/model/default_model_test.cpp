@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fixtures_dir.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "model/model_test_util.h"
 
@@ -80,7 +81,7 @@ double top5_error(const ModelRun& run, const nlohmann::json& ref) {
 // f32 activations (set_int8_activations(false)) against the float64 reference on the dequantized
 // weights: the engine's arithmetic differs only by f32 rounding.
 TEST(DefaultModel, SmolLM2MatchesReference) {
-  const std::string path = std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = test::fixtures_dir() + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path << " (run tools/fetch_model.sh)";
   if (kSanitized) GTEST_SKIP() << "too slow under sanitizers";
   std::ifstream jf(model_fixture("smollm2_reference/reference.json"));
@@ -122,7 +123,7 @@ double prompt_nll(const ModelRun& run, const std::vector<int64_t>& ids) {
 // compared: the reference's own first step is a 0.33 margin, inside that noise. The kernel's
 // arithmetic is checked exactly in tests/kernels/int8_matmul_test.cpp.
 TEST(DefaultModel, SmolLM2Int8ActivationsMatchReference) {
-  const std::string path = std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string path = test::fixtures_dir() + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "no " << path << " (run tools/fetch_model.sh)";
   if (kSanitized) GTEST_SKIP() << "too slow under sanitizers";
   if (!int8_matmul_usable(DType::kQ4_1)) GTEST_SKIP() << "this CPU has no int8 kernel (AVX2): f32 activations only";

@@ -17,6 +17,7 @@
 
 #include "comm/launch.h"
 #include "core/tensor.h"
+#include "fixtures_dir.h"
 #include "io/safetensors.h"
 #include "model/causal_lm.h"
 #include "model/load_model.h"
@@ -24,7 +25,7 @@
 
 namespace tensorpar::testing {
 
-inline std::string model_fixture(const std::string& name) { return std::string(TP_FIXTURES_DIR) + "/models/" + name; }
+inline std::string model_fixture(const std::string& name) { return test::fixtures_dir() + "/models/" + name; }
 
 inline std::vector<std::vector<int64_t>> read_id_lines(const std::string& path) {
   std::ifstream f(path);

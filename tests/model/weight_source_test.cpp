@@ -3,6 +3,7 @@
 // reporting the fallback. Data: tests/fixtures/io/quants.gguf (tools/make_quant_fixtures.py).
 #include "model/weight_source.h"
 
+#include "fixtures_dir.h"
 #include "io/tensor_store.h"
 #include "test_util.h"
 
@@ -10,7 +11,7 @@ namespace tensorpar {
 namespace {
 
 TEST(WeightSource, QuantizedSlicesStayQuantizedOrFallBackToF32) {
-  const std::string path = std::string(TP_FIXTURES_DIR) + "/io/quants.gguf";
+  const std::string path = test::fixtures_dir() + "/io/quants.gguf";
   const WeightSource src(open_tensor_store(path), path, LoadOptions{});
   for (const auto& [name, dtype] : {std::pair<std::string, DType>{"q4_k", DType::kQ4_K},
                                     {"q6_k", DType::kQ6_K},

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fixtures_dir.h"
+
 namespace tensorpar::plan {
 namespace {
 
 nlohmann::json reference() {
-  std::ifstream f(std::string(TP_FIXTURES_DIR) + "/../plan/reference_models.json");
+  std::ifstream f(test::fixtures_dir() + "/../plan/reference_models.json");
   EXPECT_TRUE(f.good()) << "tests/plan/reference_models.json missing";
   return nlohmann::json::parse(f);
 }

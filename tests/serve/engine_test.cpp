@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "fixtures_dir.h"
 #include "infer/generate.h"
 #include "model/load_model.h"
 #include "parallel/mesh.h"
@@ -27,10 +28,10 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-std::string model_path() { return std::string(TP_FIXTURES_DIR) + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+std::string model_path() { return test::fixtures_dir() + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 // A 2-layer llama (6/2 heads, 128 positions, byte-level tokenizer inside): fast enough for the
 // ThreadSanitizer run.
-std::string tiny_model_path() { return std::string(TP_FIXTURES_DIR) + "/models/llama_gqa_gguf/model-q4_1.gguf"; }
+std::string tiny_model_path() { return test::fixtures_dir() + "/models/llama_gqa_gguf/model-q4_1.gguf"; }
 
 
 // Runs fn on a thread that is always joined (also when run() throws on this rank).

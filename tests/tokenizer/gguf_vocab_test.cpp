@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "fixtures_dir.h"
 #include "io/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -15,7 +16,7 @@
 namespace tensorpar {
 namespace {
 
-const char* kGemmaModel = TP_FIXTURES_DIR "/../../models/gemma-3-270m-q4_k_m.gguf";
+const std::string kGemmaModel = test::fixtures_dir() + "/../../models/gemma-3-270m-q4_k_m.gguf";
 
 // The GGUF metadata as tokenizer_loader reads it (llama.cpp's defaults for SentencePiece).
 Tokenizer load_gguf_tokenizer(const std::string& path) {

@@ -7,12 +7,13 @@
 #include <sstream>
 #include <string>
 
+#include "fixtures_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tensorpar::testing {
 
 inline std::string tokenizer_fixture_path(const std::string& name) {
-  return std::string(TP_FIXTURES_DIR) + "/tokenizer/" + name;
+  return test::fixtures_dir() + "/tokenizer/" + name;
 }
 
 inline nlohmann::json load_tokenizer_fixture(const std::string& name) {

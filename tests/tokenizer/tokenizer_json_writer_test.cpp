@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "fixtures_dir.h"
 #include "io/gguf.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
@@ -33,8 +34,8 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::load_tokenizer_fixture;
 
-const char* kGemmaModel = TP_FIXTURES_DIR "/../../models/gemma-3-270m-q4_k_m.gguf";
-const char* kSmolModel = TP_FIXTURES_DIR "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
+const std::string kGemmaModel = test::fixtures_dir() + "/../../models/gemma-3-270m-q4_k_m.gguf";
+const std::string kSmolModel = test::fixtures_dir() + "/../../models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 // SmolLM2's GGUF vocabulary from the trimmed fixture (as testing::load_smollm2_gguf_fixture, but
 // the GgufVocab itself): unused placeholders fill the gaps so ids stay those of the real model.
@@ -129,7 +130,7 @@ GgufVocab spm_fixture_vocab(bool add_space_prefix) {
 const std::vector<std::string>& corpus() {
   static const std::vector<std::string> texts = [] {
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(TP_FIXTURES_DIR "/tokenizer"))
+    for (const auto& e : fs::directory_iterator(test::fixtures_dir() + "/tokenizer"))
       if (e.path().filename().string().ends_with(".cases.json")) files.push_back(e.path());
     std::sort(files.begin(), files.end());
     std::vector<std::string> out;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <mutex>
 
+#include "fixtures_dir.h"
 #include "parallel/mesh.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train_test_util.h"
@@ -81,7 +82,7 @@ TEST(Divergence, SkippedBatchesShiftLaterSteps) {
 }
 
 // Real text and a tiny Llama over the fixture tokenizer (as in trainer_test.cpp).
-const std::string kTokenizer = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+const std::string kTokenizer = test::fixtures_dir() + "/tokenizer/gpt2_trained.tokenizer.json";
 
 struct RunResult {
   std::vector<StepLog> logs;  // world rank 0's, incidents included
@@ -93,7 +94,7 @@ struct RunResult {
 class PoisonedRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    corpus_ = tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer),
+    corpus_ = tokenize_corpus({test::fixtures_dir() + "/README.md"}, Tokenizer::from_json_file(kTokenizer),
                               0.1, 16);
     config_ = tiny_llama(Tokenizer::from_json_file(kTokenizer).vocab_size());
     config_.tie_embeddings = true;

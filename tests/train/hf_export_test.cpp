@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "fixtures_dir.h"
 #include "io/safetensors.h"
 #include "io/sharded_checkpoint.h"
 #include "model/tokenizer_loader.h"
@@ -333,7 +334,7 @@ TEST(Export, TheRunsTokenizerTravelsWithTheExport) {
     EXPECT_EQ(b.decode(a.encode(text)), a.decode(a.encode(text))) << text;
   }
   // An HF tokenizer.json (a file) and an HF directory are copied.
-  const std::string json = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+  const std::string json = test::fixtures_dir() + "/tokenizer/gpt2_trained.tokenizer.json";
   fs::create_directories(root + "/from_json");
   export_tokenizer(json, root + "/from_json");
   EXPECT_TRUE(fs::exists(root + "/from_json/tokenizer.json"));

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "fixtures_dir.h"
 #include "model/transformer.h"
 #include "parallel/mesh.h"
 #include "tokenizer/tokenizer.h"
@@ -23,7 +24,7 @@
 namespace tensorpar::testing {
 namespace {
 
-const std::string kTokenizer = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+const std::string kTokenizer = test::fixtures_dir() + "/tokenizer/gpt2_trained.tokenizer.json";
 
 ModelConfig tiny_mixtral() {
   ModelConfig c = tiny_llama(Tokenizer::from_json_file(kTokenizer).vocab_size());
@@ -40,7 +41,7 @@ ModelConfig tiny_mixtral() {
 
 // The fixtures' README tokenized by the test tokenizer (10% validation).
 TokenCorpus fixture_corpus() {
-  return tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
+  return tokenize_corpus({test::fixtures_dir() + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
                          16);
 }
 

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <filesystem>
 
+#include "fixtures_dir.h"
 #include "parallel/mesh.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train_test_util.h"
@@ -19,11 +20,11 @@
 namespace tensorpar::testing {
 namespace {
 
-const std::string kTokenizer = std::string(TP_FIXTURES_DIR) + "/tokenizer/gpt2_trained.tokenizer.json";
+const std::string kTokenizer = test::fixtures_dir() + "/tokenizer/gpt2_trained.tokenizer.json";
 
 // Real text: the fixtures' README tokenised with the fixtures' trained byte-level BPE.
 TokenCorpus readme_corpus(int64_t seq) {
-  return tokenize_corpus({std::string(TP_FIXTURES_DIR) + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
+  return tokenize_corpus({test::fixtures_dir() + "/README.md"}, Tokenizer::from_json_file(kTokenizer), 0.1,
                          seq);
 }
 
