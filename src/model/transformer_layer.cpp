@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "kernels/cpu/elementwise.h"
 #include "parallel/mappings.h"
 
 namespace tensorpar {
@@ -34,11 +35,6 @@ MlpKind mlp_kind(const ModelConfig& c) {
     case ArchFamily::kLlama: break;
   }
   return MlpKind::kSwiGlu;
-}
-
-// out (N*C) = a + b elementwise (out may alias either).
-void add(float* out, const float* a, const float* b, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 // Sequence parallel (ctx.sequence_parallel): out, this rank's rows, = a TP region applied to h
@@ -142,7 +138,7 @@ void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tenso
   } else {
     attention_forward(ctx, x_mid, h1, rows, a);
   }
-  add(x_mid.data<float>(), x_mid.data<float>(), x.data<float>(), N * C);
+  add_arrays(x_mid.data<float>(), x_mid.data<float>(), x.data<float>(), N * C);
   norm2_.forward(h2.data<float>(), mean2.data<float>(), rstd2.data<float>(), x_mid.data<float>(), N);
   if (post_mlp_norm_) {
     Tensor mlp_out = scratch_rows(a.mlp_out, N, C);
@@ -152,7 +148,7 @@ void TransformerLayer::forward(const LayerContext& ctx, Tensor& out, const Tenso
   } else {
     ffn_forward(ctx, out, h2, a);
   }
-  add(out.data<float>(), x_mid.data<float>(), out.data<float>(), N * C);
+  add_arrays(out.data<float>(), x_mid.data<float>(), out.data<float>(), N * C);
 }
 
 void TransformerLayer::backward(const LayerContext& ctx, Tensor& d_x, Tensor& d_h, const Tensor& x,

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/sum_squares.h"
 
 namespace tensorpar {
@@ -121,8 +122,7 @@ double DistributedAdamW::clip(const std::vector<ParamShard>& params, Communicato
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     const float scale = float(max_norm / (norm + 1e-6));
     for_chunk(params, [&](size_t i, int64_t p0, int64_t, int64_t n) {
-      float* g = params[i].grad->data<float>() + p0;
-      for (int64_t k = 0; k < n; ++k) g[k] *= scale;
+      scale_array(params[i].grad->data<float>() + p0, scale, n);
     });
   }
   return norm;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/sum_squares.h"
 
 namespace tensorpar {
@@ -86,11 +87,8 @@ double clip_grad_norm(const std::vector<ParamShard>& params, Communicator& tp, d
   const double norm = global_grad_norm(params, tp, pp, ep);
   if (max_norm > 0 && std::isfinite(norm) && norm > max_norm) {
     const float scale = float(max_norm / (norm + 1e-6));
-    for (const ParamShard& p : params) {
-      if (!p.grad) continue;
-      float* g = p.grad->data<float>();
-      for (int64_t i = 0, n = p.grad->numel(); i < n; ++i) g[i] *= scale;
-    }
+    for (const ParamShard& p : params)
+      if (p.grad) scale_array(p.grad->data<float>(), scale, p.grad->numel());
   }
   return norm;
 }

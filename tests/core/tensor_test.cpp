@@ -1,3 +1,5 @@
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -74,6 +76,26 @@ TEST(Tensor, TransposeAndContiguous) {
   EXPECT_THROW(tt.reshape({21}), Error);
   EXPECT_EQ(c.reshape({21}).dim(0), 21);
   EXPECT_THROW(c.reshape({20}), Error);
+}
+
+TEST(Tensor, FillZeroClearsEveryByteWithAnyThreadCount) {
+  // Sizes on both sides of the 1 MiB from which the team zeroes 64 KiB pieces, with a last piece
+  // shorter than the others; every byte before set, every byte after checked.
+  const int saved = omp_get_max_threads();
+  for (const int64_t n : {int64_t(1000), int64_t((1 << 18) - 1), int64_t((1 << 18) + 1),
+                          int64_t(300007)}) {
+    for (const int threads : {saved, 1}) {
+      omp_set_num_threads(threads);
+      Tensor t = Tensor::empty({n}, DType::kF32);
+      std::memset(t.raw(), 0xff, size_t(t.nbytes()));
+      t.fill_zero();
+      const auto* b = static_cast<const unsigned char*>(t.raw());
+      int64_t nonzero = 0;
+      for (int64_t i = 0; i < t.nbytes(); ++i) nonzero += b[i] != 0;
+      EXPECT_EQ(nonzero, 0) << n << " floats, " << threads << " threads";
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Tensor, TypedAccessChecksDtype) {
