@@ -405,11 +405,11 @@ struct WidenedKv {
   int64_t values_from = -1;                      // values_from) of sequence seq's kv head g
 };
 
-// ---- A decode step with fewer items than the team can share ----
-// One sequence's decode row has an item per kv head, and 3 kv heads on 2 threads ran 2:1 (one kv
-// head on 2 threads: 1:0) while the step's weights wait. With fewer items than twice the team,
-// the team splits every item instead, in three steps with a barrier after each: the scores by
-// key blocks, the softmax by (item, head), the weighted values by (item, 16 or 32 columns). Each
+// ---- A decode step with few items for its team ----
+// One sequence's decode row has an item per kv head, and one kv head on 2 threads left the second
+// idle (1:0), 3 on 2 ran 2:1. With few items (split_items) the team splits every item instead, in
+// three steps with a barrier after each: the scores by key blocks, the softmax by (item, head), the
+// weighted values by (item, 16 or 32 columns). Each
 // score, exponential, sum and output element gets the operations row_group gives it, in its
 // order, so the result is row_group's bit for bit (PagedAttention.* compare the two). An f16
 // pool is read in place, each f16 vector widened in a register as it is loaded (F16C), with the
@@ -585,7 +585,12 @@ TP_AVX2 void item_values(float* out, const float* sc, int64_t stride, const f16*
 #endif
 
 // Whether a call's items (all of them one row) are better split by the team (over an f16 pool,
-// where the CPU has the AVX2 kernels above).
+// where the CPU has the AVX2 kernels above). An f32 pool's items are read in place whole or split,
+// and split only where some thread would get none: with 3 kv heads on 2 threads (2:1) a decode
+// step of SmolLM2-135M took longer split in 15 of 17 alternated `bench decode` pairs on a Zen 4
+// EPYC (median 7%; docs/BENCHMARKS.md). An f16 pool's items widen their keys and values into copies first,
+// which the split reads in place: it stays split with fewer items than twice the team (2:1
+// whole was slower in 3 of 3 `generate` pairs there).
 bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims& d, bool f16_pool) {
   const int team = omp_in_parallel() ? 1 : omp_get_max_threads();
 #if defined(__x86_64__)
@@ -593,8 +598,8 @@ bool split_items(int64_t rows_per_group, int64_t items, const PagedAttentionDims
 #else
   const bool kernels = !f16_pool;
 #endif
-  return kernels && rows_per_group == 1 && team > 1 && items < 2 * team && d.block_size % kLanes == 0 &&
-         d.HS % kLanes == 0;
+  return kernels && rows_per_group == 1 && team > 1 && items < (f16_pool ? 2 : 1) * team &&
+         d.block_size % kLanes == 0 && d.HS % kLanes == 0;
 }
 
 // q: the rows' queries (rounded to f16 for an f16 pool, as the item path rounds them).
