@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/elementwise.h"
 #include "core/weight_arena.h"
 #include "kernels/cpu/int8_matmul.h"
 #include "model/transformer_state.h"
@@ -156,16 +157,11 @@ float embedding_scale(const ModelConfig& c) {
   return c.family == ArchFamily::kGemma3 ? float(std::sqrt(double(c.hidden))) : 1.0f;
 }
 
-void scale_rows(Tensor& x, int64_t N, float s) {
-  float* p = x.data<float>();
-  for (int64_t i = 0; i < N * x.dim(1); ++i) p[i] *= s;
-}
-
 }  // namespace
 
 void Transformer::embed_backward(Tensor& d_x, const int64_t* ids, int64_t N) {
   const float s = embedding_scale(config_);
-  if (s != 1.0f) scale_rows(d_x, N, s);  // d_x is not needed after this
+  if (s != 1.0f) scale_array(d_x.data<float>(), s, N * d_x.dim(1));  // d_x is not needed after this
   embed_->backward(d_x, ids, N);
 }
 
@@ -189,7 +185,7 @@ void Transformer::softcap_logits_backward(Tensor& d_logits, const Tensor& capped
 
 void Transformer::embed(Tensor& x, const int64_t* ids, const int64_t* positions, int64_t N) const {
   embed_->forward(x, ids, N, tp_);
-  if (const float s = embedding_scale(config_); s != 1.0f) scale_rows(x, N, s);
+  if (const float s = embedding_scale(config_); s != 1.0f) scale_array(x.data<float>(), s, N * x.dim(1));
   if (config_.family != ArchFamily::kGpt2) return;
   const int64_t C = config_.hidden;
   const float* wpe = pos_embed_.value.data<float>();

@@ -409,11 +409,11 @@ struct WidenedKv {
 // One sequence's decode row has an item per kv head, and one kv head on 2 threads left the second
 // idle (1:0), 3 on 2 ran 2:1. With few items (split_items) the team splits every item instead, in
 // three steps with a barrier after each: the scores by key blocks, the softmax by (item, head), the
-// weighted values by (item, 16 or 32 columns). Each
-// score, exponential, sum and output element gets the operations row_group gives it, in its
-// order, so the result is row_group's bit for bit (PagedAttention.* compare the two). An f16
-// pool is read in place, each f16 vector widened in a register as it is loaded (F16C), with the
-// arithmetic of the f16 item path (row_group on widened copies, the query rounded to f16).
+// weighted values by (item, 16 or 32 columns). Each score, exponential, sum and output element
+// gets the operations row_group gives it, in its order, so the result is row_group's bit for bit
+// (PagedAttention.* compare the two). An f16 pool is read in place, each f16 vector widened in a
+// register as it is loaded (F16C), with the arithmetic of the f16 item path (row_group on widened
+// copies, the query rounded to f16).
 
 struct DecodeItem {
   const PagedSeq* s;
